@@ -1,0 +1,1 @@
+"""Turning documents into model inputs: tokenizing, segmenting, masking, batching."""

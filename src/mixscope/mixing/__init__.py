@@ -1,0 +1,1 @@
+"""The norm-based decomposition of the attention block (METHOD.md), as tensor kernels."""

@@ -1,0 +1,75 @@
+"""The tensors of one attention block, captured from a real forward pass.
+
+One dimension vocabulary everywhere: ``batch``, ``seq`` (query i / key j), ``heads``,
+``kv_heads``, ``head_dim``, ``hidden``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+
+@dataclass
+class BlockParams:
+    """The weights of one block that the decomposition needs (float statistics dtype)."""
+
+    w_out: torch.Tensor  # [hidden, heads * head_dim]   W_O in PyTorch (out, in) layout
+    b_out: torch.Tensor  # [hidden]                     b_O (zeros when the model has none)
+    gamma: torch.Tensor  # [hidden]                     norm weight
+    beta: torch.Tensor  # [hidden]                      norm bias (zeros for RMSNorm)
+    eps: float
+    norm_kind: Literal["layer", "rms"]
+    heads: int
+    kv_heads: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.w_out.shape[1] // self.heads
+
+
+@dataclass
+class BlockTensors:
+    """Activations of one block for one batch (statistics dtype)."""
+
+    x: torch.Tensor  # [batch, seq, hidden]                 block input = the residual
+    values: torch.Tensor  # [batch, seq, kv_heads * head_dim]  x W_V + b_V (b_V inside f)
+    alpha: torch.Tensor  # [batch, heads, seq, seq]            attention weights, rows = queries
+    attn_out: torch.Tensor  # [batch, seq, hidden]             Σ_j a_ij + b_O (output projection)
+    z: torch.Tensor  # [batch, seq, hidden]                 the real input of the norm
+    y: torch.Tensor  # [batch, seq, hidden]                 the real output of the norm
+
+
+def head_values(values: torch.Tensor, p: BlockParams) -> torch.Tensor:
+    """Values per query head (grouped-query heads repeated): [batch, seq, heads, head_dim]."""
+    batch, seq, _ = values.shape
+    v = values.reshape(batch, seq, p.kv_heads, p.head_dim)
+    if p.kv_heads != p.heads:
+        v = v.repeat_interleave(p.heads // p.kv_heads, dim=2)
+    return v
+
+
+def centre(t: torch.Tensor, norm_kind: str) -> torch.Tensor:
+    """Subtract the mean over ``hidden`` (LayerNorm); RMSNorm does not centre."""
+    if norm_kind == "rms":
+        return t
+    return t - t.mean(dim=-1, keepdim=True)
+
+
+def norm_scale(z: torch.Tensor, p: BlockParams) -> torch.Tensor:
+    """The shared denominator s(z_i) of the real norm: [batch, seq, 1]."""
+    if p.norm_kind == "rms":
+        return torch.sqrt(z.pow(2).mean(dim=-1, keepdim=True) + p.eps)
+    return torch.sqrt(z.var(dim=-1, unbiased=False, keepdim=True) + p.eps)
+
+
+def per_head_transformed(t: BlockTensors, p: BlockParams) -> torch.Tensor:
+    """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h for every head and token: [batch, heads, seq, hidden].
+
+    Memory n·H·d per sequence: used by the per-pair maps and the exactness check only.
+    """
+    v = head_values(t.values, p)  # [batch, seq, heads, head_dim]
+    w = p.w_out.reshape(p.w_out.shape[0], p.heads, p.head_dim)  # [hidden, heads, head_dim]
+    return torch.einsum("bjhe,dhe->bhjd", v, w)

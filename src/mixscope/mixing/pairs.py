@@ -1,0 +1,47 @@
+"""Per-pair contribution norms ‖P_ij‖ (the paper's Figure 1) in Gram form (METHOD.md §2).
+
+With u^h_j the per-head vectors of source j and the [heads, heads] Gram matrix G_j,
+‖Σ_h α^h_ij u^h_j‖² = α_ijᵀ G_j α_ij: memory n·H·d + n²·H per sequence, never the
+[batch, heads, seq, seq, hidden] tensor of the authors' code.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mixscope.mixing.block import (
+    BlockParams,
+    BlockTensors,
+    centre,
+    norm_scale,
+    per_head_transformed,
+)
+from mixscope.mixing.ratios import self_attention_vector
+
+#: order of the maps along the ``measure`` axis of :func:`pair_norms`
+PAIR_MEASURES = ("attn_n", "attnres_n", "attnresln_n")
+
+
+def _gram_norms(alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """‖Σ_h α^h_ij u^h_j‖ for all i, j: alpha [batch, heads, seq, seq], u [batch, heads, seq, hidden]."""
+    gram = torch.einsum("bhjd,bkjd->bjhk", u, u)  # [batch, seq(j), heads, heads]
+    sq = torch.einsum("bhij,bjhk,bkij->bij", alpha, gram, alpha)  # [batch, seq(i), seq(j)]
+    return sq.clamp_min(0).sqrt()
+
+
+def pair_norms(t: BlockTensors, p: BlockParams) -> torch.Tensor:
+    """‖a_ij‖, ‖r_ij‖, ‖F_i(x_j)‖: [measure, batch, seq(i), seq(j)] in ``PAIR_MEASURES``."""
+    f = per_head_transformed(t, p)  # [batch, heads, seq, hidden]
+    attn = _gram_norms(t.alpha, f)  # [batch, seq, seq]
+    u = p.gamma * centre(f, p.norm_kind)  # [batch, heads, seq, hidden]
+    s = norm_scale(t.z, p)  # [batch, seq, 1]
+    ln = _gram_norms(t.alpha, u) / s  # [batch, seq, seq]
+
+    r_self = self_attention_vector(t, p) + t.x  # [batch, seq, hidden]
+    res_diag = torch.linalg.vector_norm(r_self, dim=-1)  # [batch, seq]
+    ln_diag = torch.linalg.vector_norm(p.gamma * centre(r_self, p.norm_kind), dim=-1) / s[..., 0]
+
+    attnres = attn.clone()
+    attnres.diagonal(dim1=-2, dim2=-1).copy_(res_diag)
+    ln.diagonal(dim1=-2, dim2=-1).copy_(ln_diag)
+    return torch.stack([attn, attnres, ln])

@@ -1,0 +1,54 @@
+"""Per-token mixing ratios of one block (METHOD.md §2), without any per-pair tensor.
+
+The context part needs only sums the model already computes: ``Σ_j a_ij`` is the output
+projection minus ``b_O``; the self part ``a_ii = Σ_h α^h_ii f^h(x_i)`` needs the diagonal
+of α and the token's own values. Cost: one extra ``[hidden, hidden]`` projection per block.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from mixscope.mixing.block import BlockParams, BlockTensors, centre, head_values
+
+#: order of the measures along the ``measure`` axis of :func:`token_measures`
+MEASURE_ORDER = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
+
+
+def self_attention_vector(t: BlockTensors, p: BlockParams) -> torch.Tensor:
+    """a_ii = Σ_h α^h_ii f^h(x_i): [batch, seq, hidden]."""
+    alpha_self = torch.diagonal(t.alpha, dim1=-2, dim2=-1)  # [batch, heads, seq]
+    v = head_values(t.values, p)  # [batch, seq, heads, head_dim]
+    weighted = v * alpha_self.transpose(1, 2).unsqueeze(-1)  # [batch, seq, heads, head_dim]
+    batch, seq = weighted.shape[:2]
+    return F.linear(weighted.reshape(batch, seq, -1), p.w_out)  # [batch, seq, hidden]
+
+
+def ratio(context: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """‖context‖ / (‖context‖ + ‖own‖) over ``hidden``; 0 where both are 0 (no context)."""
+    c = torch.linalg.vector_norm(context, dim=-1)  # [batch, seq]
+    o = torch.linalg.vector_norm(own, dim=-1)  # [batch, seq]
+    total = c + o
+    return torch.where(total > 0, c / torch.where(total > 0, total, 1), torch.zeros_like(c))
+
+
+def token_measures(t: BlockTensors, p: BlockParams) -> torch.Tensor:
+    """The five measures of every token: [measure, batch, seq] in ``MEASURE_ORDER``."""
+    a_self = self_attention_vector(t, p)  # [batch, seq, hidden]
+    a_context = (t.attn_out - p.b_out) - a_self  # Σ_{j≠i} a_ij        [batch, seq, hidden]
+    r_self = a_self + t.x  # a_ii + x_i                                [batch, seq, hidden]
+    # F_i(x_j) = γ ⊙ centre(r_ij) / s(z_i): the shared s(z_i) cancels inside the ratio.
+    ln_context = p.gamma * centre(a_context, p.norm_kind)
+    ln_self = p.gamma * centre(r_self, p.norm_kind)
+
+    attn_w = 1.0 - torch.diagonal(t.alpha, dim1=-2, dim2=-1).mean(dim=1)  # [batch, seq]
+    return torch.stack(
+        [
+            attn_w,
+            ratio(a_context, a_self),
+            attn_w / 2,
+            ratio(a_context, r_self),
+            ratio(ln_context, ln_self),
+        ]
+    )

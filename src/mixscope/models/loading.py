@@ -1,0 +1,157 @@
+"""Loading a model and its tokenizer from a local directory, a hub id, or loaded objects."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mixscope.errors import MixscopeError
+from mixscope.models.adapters import Adapter, adapter_for
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+@dataclass
+class LoadedModel:
+    """A base (headless) transformer, its tokenizer and its adapter, ready for the engine."""
+
+    model: Any  # transformers.PreTrainedModel (the base model, no task head)
+    tokenizer: Any
+    adapter: Adapter
+    name: str  # path or hub id, for the record
+
+    @property
+    def max_positions(self) -> int:
+        """The longest sequence (special tokens included) the model accepts."""
+        config = self.model.config
+        limit = getattr(config, "max_position_embeddings", None) or 10**9
+        limit -= self.adapter.position_offset
+        tok_limit = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(tok_limit, int) and tok_limit < 10**6:
+            limit = min(limit, tok_limit)
+        return int(limit)
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """A torch dtype from a name (``float32``, ``bf16``, …); None stays None."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise MixscopeError(
+            f"unknown dtype {dtype!r}; choose one of: float32, float64, bfloat16, float16"
+        ) from None
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """CUDA when present, else CPU; an explicit device must exist."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise MixscopeError(f"device {device!r} requested but CUDA is not available here")
+    return dev
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith(("/", "./", "../", "~", ".\\")) or spec.count("/") >= 2 or "\\" in spec
+
+
+def _base_model(model: Any, adapter: Adapter) -> Any:
+    """The headless model that holds ``adapter.layers`` (task models wrap it)."""
+    for candidate in (model, getattr(model, "base_model", None)):
+        if candidate is None:
+            continue
+        try:
+            candidate.get_submodule(adapter.layers)
+        except AttributeError:
+            continue
+        return candidate
+    raise MixscopeError(
+        f"model of type {type(model).__name__} has no '{adapter.layers}' blocks "
+        f"(expected for the {adapter.family} family)"
+    )
+
+
+def load(
+    model: Any,
+    *,
+    revision: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+) -> LoadedModel:
+    """Load ``model`` (directory, hub id, or ``(model, tokenizer)``) onto ``device``.
+
+    Loaded objects are used as they are (moved to ``device``; cast only if ``dtype`` is
+    given); a path or hub id is loaded with eager attention, which the decomposition
+    needs because it reads the attention weights.
+    """
+    torch_dtype = resolve_dtype(dtype)
+    dev = resolve_device(device)
+    if isinstance(model, tuple | list):
+        if len(model) != 2:
+            raise MixscopeError("model must be a path, a hub id, or a (model, tokenizer) pair")
+        hf_model, tokenizer = model
+        config = getattr(hf_model, "config", None)
+        if config is None or not hasattr(config, "model_type"):
+            raise MixscopeError(f"{type(hf_model).__name__} is not a transformers model")
+        adapter = adapter_for(config.model_type)
+        name = getattr(config, "name_or_path", "") or type(hf_model).__name__
+        base = _base_model(hf_model, adapter)
+        if torch_dtype is not None:
+            base.to(torch_dtype)
+        base.to(dev)
+        return LoadedModel(base, tokenizer, adapter, name)
+
+    if not isinstance(model, str | os.PathLike):
+        raise MixscopeError("model must be a path, a hub id, or a (model, tokenizer) pair")
+    spec = os.fspath(model)
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise MixscopeError(f"model path {spec} is a file, not a model directory")
+        if not (path / "config.json").is_file():
+            raise MixscopeError(f"{spec} is not a model directory (no config.json)")
+        source = str(path)
+    elif _looks_like_path(spec):
+        raise MixscopeError(f"model path {spec} does not exist")
+    else:
+        source = spec  # a hub id
+
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(source, revision=revision)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MixscopeError(
+            f"could not load model {spec!r}: not a local model directory and not loadable "
+            f"from the Hugging Face Hub ({first})"
+        ) from exc
+    adapter = adapter_for(config.model_type)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+        hf_model = AutoModel.from_pretrained(
+            source, revision=revision, attn_implementation="eager", dtype=torch_dtype
+        )
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MixscopeError(f"could not load model {spec!r}: {first}") from exc
+    base = _base_model(hf_model, adapter)
+    base.to(dev)
+    base.eval()
+    return LoadedModel(base, tokenizer, adapter, spec)

@@ -1,0 +1,1 @@
+"""The results format: the Arrow schema (and, later, Parquet shards and the manifest)."""
