@@ -58,7 +58,8 @@ def validate_documents(texts: Any) -> list[Document]:
             out.append(doc)
         else:
             raise MixscopeError(
-                f"text {i} is a {type(doc).__name__}; expected a string or a (text, text_pair) tuple"
+                f"text {i} is a {type(doc).__name__}; "
+                "expected a string or a (text, text_pair) tuple"
             )
     return out
 

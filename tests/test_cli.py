@@ -1,0 +1,93 @@
+"""The CLI: tables, output files, one-line errors with non-zero exits, a fast --help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+import mixscope
+from mixscope.cli import main
+
+
+@pytest.fixture()
+def run():
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(main, list(args), catch_exceptions=False)
+
+    return invoke
+
+
+def test_help_does_not_import_torch():
+    code = (
+        "import sys; from mixscope.cli import main; "
+        "print('torch' in sys.modules, 'ray' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False"
+
+
+def test_layer_table(run, minilm_path):
+    result = run("analyze", "-m", minilm_path, "The cat sat on the mat.", "Dogs bark.")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].split() == ["layer", "tokens", *mixscope.MEASURES]
+    assert [ln.split()[0] for ln in lines[2:]] == ["1", "2", "3", "4", "5", "6", "all"]
+    # 9 + 5 tokens per layer ([CLS] the cat sat on the mat . [SEP]; [CLS] dogs bark . [SEP])
+    assert lines[2].split()[1] == "14"
+
+
+def test_token_table_and_outputs(run, minilm_path, tmp_path):
+    pq_out, csv_out = tmp_path / "t.parquet", tmp_path / "t.csv"
+    result = run("analyze", "-m", minilm_path, "--tokens", "Dogs bark.", "-o", str(pq_out))
+    assert result.exit_code == 0
+    rows = result.stdout.strip().splitlines()[2:]
+    assert "wrote 30 rows" in result.stderr
+    assert [r.split()[3] for r in rows] == ["[CLS]", "dogs", "bark", ".", "[SEP]"]
+    table = pq.read_table(pq_out)
+    assert table.num_rows == 5 * 6 and table.column_names == mixscope.api.TOKENS_SCHEMA.names
+    assert (
+        run("analyze", "-m", minilm_path, "--pair", "A b.", "C d.", "-o", str(csv_out)).exit_code
+        == 0
+    )
+    assert pcsv.read_csv(csv_out).num_rows == 9 * 6  # [CLS] a b . [SEP] c d . [SEP]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_verify_flag(run, minilm_path):
+    result = CliRunner().invoke(main, ["analyze", "-m", minilm_path, "--verify", "Hello there."])
+    assert result.exit_code == 0
+    assert "exactness identity: holds" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["analyze"], "Error: no texts given"),
+        (["analyze", ""], "Error: text 0 is empty"),
+        (
+            ["analyze", "-m", "/no/such/model", "x"],
+            "Error: model path /no/such/model does not exist",
+        ),
+        (["analyze", "--max-length", "4096", "x"], "Error: max_length 4096 exceeds"),
+        (["analyze", "-o", "x.txt", "x"], "Error: --output must end in .parquet or .csv"),
+    ],
+)
+def test_errors_are_one_line(args, message):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_debug_shows_traceback():
+    result = CliRunner().invoke(main, ["--debug", "analyze", "-m", "/no/such/model", "x"])
+    assert result.exit_code == 1
+    assert "Traceback" in result.output
