@@ -29,6 +29,7 @@ class EncodedSequence:
     token_type_ids: np.ndarray  # [seq] int64
     special: np.ndarray  # [seq] bool
     masked: np.ndarray  # [seq] bool
+    original_ids: np.ndarray  # [seq] int64, before masking (for corpus token frequencies)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -117,6 +118,7 @@ def encode_documents(
             special = np.asarray(enc["special_tokens_mask"], dtype=bool)
             types = enc.get("token_type_ids") or [0] * len(input_ids)
             masked = np.zeros(len(input_ids), dtype=bool)
+            original = input_ids.copy() if mask_rate else input_ids
             if mask_rate:
                 pos = mask_positions(special, mask_rate, seed, key, segment)
                 masked[pos] = True
@@ -129,6 +131,7 @@ def encode_documents(
                     token_type_ids=np.asarray(types, dtype=np.int64),
                     special=special,
                     masked=masked,
+                    original_ids=original,
                 )
             )
     return out
