@@ -88,6 +88,35 @@ def _base_model(model: Any, adapter: Adapter) -> Any:
     )
 
 
+def resolve_source(spec: str) -> str:
+    """A local directory (packaged models included) or a hub id; clear errors for bad paths."""
+    path = Path(packaged_path(spec) or spec).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise MixscopeError(f"model path {spec} is a file, not a model directory")
+        if not (path / "config.json").is_file():
+            raise MixscopeError(f"{spec} is not a model directory (no config.json)")
+        return str(path)
+    if _looks_like_path(spec):
+        raise MixscopeError(f"model path {spec} does not exist")
+    return spec  # a hub id
+
+
+def load_config(spec: str, *, revision: str | None = None) -> Any:
+    """The model's transformers config (cheap: no weights), or a one-line error."""
+    from transformers import AutoConfig
+
+    source = resolve_source(spec)
+    try:
+        return AutoConfig.from_pretrained(source, revision=revision)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MixscopeError(
+            f"could not load model {spec!r}: not a local model directory and not loadable "
+            f"from the Hugging Face Hub ({first})"
+        ) from exc
+
+
 def load(
     model: Any,
     *,
@@ -121,28 +150,11 @@ def load(
     if not isinstance(model, str | os.PathLike):
         raise MixscopeError("model must be a path, a hub id, or a (model, tokenizer) pair")
     spec = os.fspath(model)
-    path = Path(packaged_path(spec) or spec).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise MixscopeError(f"model path {spec} is a file, not a model directory")
-        if not (path / "config.json").is_file():
-            raise MixscopeError(f"{spec} is not a model directory (no config.json)")
-        source = str(path)
-    elif _looks_like_path(spec):
-        raise MixscopeError(f"model path {spec} does not exist")
-    else:
-        source = spec  # a hub id
+    source = resolve_source(spec)
+    config = load_config(spec, revision=revision)
 
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoModel, AutoTokenizer
 
-    try:
-        config = AutoConfig.from_pretrained(source, revision=revision)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MixscopeError(
-            f"could not load model {spec!r}: not a local model directory and not loadable "
-            f"from the Hugging Face Hub ({first})"
-        ) from exc
     adapter = adapter_for(config.model_type)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
