@@ -1,0 +1,284 @@
+"""Job specs: YAML → frozen dataclasses, CLI overrides, validated in one place.
+
+A job spec names a model, a corpus, the analysis options, the runtime and an output root.
+Every field can be set from YAML or overridden with ``--set section.field=value`` (or the
+short flags of ``mixscope run``); ``validate`` is the only place that judges values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from mixscope.errors import MixscopeError
+from mixscope.models.packaged import DEFAULT_MODEL
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Where the documents are and how to read them."""
+
+    paths: tuple[str, ...] = ()  # files, directories or globs
+    format: str = "auto"  # auto | text | jsonl | parquet
+    split: str = "line"  # text: one document per line, or "paragraph" (blank-line separated)
+    pairs: bool = False  # consecutive documents as (A, B) pairs, as in the paper's data
+    text_field: str = "text"  # jsonl / parquet
+    id_field: str | None = None  # jsonl / parquet: an external id kept with each document
+    skip_regex: str | None = None  # documents matching this are skipped by rule (e.g. headings)
+    max_doc_bytes: int = 1_000_000  # longer documents are counted as "oversized", not analysed
+    limit: int | None = None  # analyse only the first N documents (after skipping)
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    """Options that change the numbers (part of the run identity)."""
+
+    max_length: int | None = None  # None: the model's limit
+    mask_rate: float = 0.0
+    seed: int = 0
+    dtype: str = "float32"
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """How the work is executed (not part of the run identity)."""
+
+    workers: int = 1
+    batch_size: int = 16
+    docs_per_shard: int = 256
+    address: str | None = None  # None: RAY_ADDRESS, else an embedded local Ray
+    gpus_per_worker: float = 1.0  # used only where the cluster has GPUs
+    cpus_per_worker: float = 1.0
+    device: str = "auto"
+    max_retries: int = 2  # per shard, after the first attempt
+    verify: bool = False
+    executor: str = "ray"  # ray | local (in-process, no Ray; for debugging)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str = "mixscope"
+    model: str = DEFAULT_MODEL
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
+    analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
+    runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
+    out: str = "results"
+    step: int | None = None  # training step of the checkpoint, when known
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["corpus"]["paths"] = list(self.corpus.paths)
+        return d
+
+
+SECTIONS = {"corpus": CorpusSpec, "analysis": AnalysisSpec, "runtime": RuntimeSpec}
+
+#: short keys accepted by --set and the flags of `mixscope run`
+ALIASES = {
+    "corpus": "corpus.paths",
+    "workers": "runtime.workers",
+    "batch_size": "runtime.batch_size",
+    "max_length": "analysis.max_length",
+    "mask_rate": "analysis.mask_rate",
+    "seed": "analysis.seed",
+    "dtype": "analysis.dtype",
+    "revision": "analysis.revision",
+    "address": "runtime.address",
+    "docs_per_shard": "runtime.docs_per_shard",
+    "device": "runtime.device",
+}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls)}
+
+
+def _coerce(value: Any, typ: Any, key: str) -> Any:
+    """Turn YAML / command-line values into the field's type, or say what is wrong."""
+    import types
+    import typing
+
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "")):
+            if type(None) in args:
+                return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], key)
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v]
+        if not isinstance(value, list | tuple):
+            raise MixscopeError(f"{key}: expected a list, got {value!r}")
+        return tuple(str(v) for v in value)
+    try:
+        if typ is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on"):
+                return True
+            if isinstance(value, str) and value.lower() in ("false", "no", "0", "off"):
+                return False
+            raise ValueError
+        if typ is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if typ is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if typ is str:
+            if isinstance(value, dict | list):
+                raise ValueError
+            return str(value)
+    except (TypeError, ValueError):
+        raise MixscopeError(f"{key}: expected {typ.__name__}, got {value!r}") from None
+    return value
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    types_ = _field_types(cls)
+    unknown = sorted(set(data) - set(types_))
+    if unknown:
+        raise MixscopeError(
+            f"unknown field {prefix}{unknown[0]}; valid: {', '.join(prefix + k for k in types_)}"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        if name in SECTIONS and cls is JobSpec:
+            if not isinstance(value, dict):
+                raise MixscopeError(f"{name}: expected a mapping of fields")
+            kwargs[name] = _build(SECTIONS[name], value, f"{name}.")
+        else:
+            kwargs[name] = _coerce(value, types_[name], prefix + name)
+    return cls(**kwargs)
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise MixscopeError(f"job spec {path} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise MixscopeError(f"job spec {path} is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise MixscopeError(f"job spec {path} must be a mapping of fields")
+    # corpus paths are relative to the spec file, so a spec runs from any directory
+    corpus = data.get("corpus")
+    if isinstance(corpus, dict) and "paths" in corpus:
+        raw = corpus["paths"]
+        raw = [raw] if isinstance(raw, str) else raw
+        if isinstance(raw, list):
+            corpus["paths"] = [_relative_to(p.parent, str(x)) for x in raw]
+    return data
+
+
+def _relative_to(base: Path, value: str) -> str:
+    """Corpus paths in a spec are relative to the spec's folder (``out`` to the caller's)."""
+    if "://" in value or os.path.isabs(value) or value.startswith("~"):
+        return value
+    return str((base / value).resolve())
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``{"runtime.workers": 2, "model": "x"}`` on top of the YAML mapping."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for key, value in overrides.items():
+        key = ALIASES.get(key, key)
+        if "." in key:
+            section, name = key.split(".", 1)
+            if section not in SECTIONS:
+                raise MixscopeError(f"unknown section in {key!r}; valid: {', '.join(SECTIONS)}")
+            out.setdefault(section, {})
+            if not isinstance(out[section], dict):
+                raise MixscopeError(f"{section}: expected a mapping of fields")
+            out[section][name] = value
+        else:
+            out[key] = value
+    return out
+
+
+def parse_set(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``key=value`` strings (values parsed as YAML scalars/lists) → a mapping."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in pairs:
+        if "=" not in item:
+            raise MixscopeError(f"--set expects key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def build_spec(data: dict[str, Any]) -> JobSpec:
+    """The one place that turns a mapping into a validated :class:`JobSpec`."""
+    spec = _build(JobSpec, data, "")
+    validate(spec)
+    return spec
+
+
+def validate(spec: JobSpec) -> None:
+    c, a, r = spec.corpus, spec.analysis, spec.runtime
+    checks = [
+        (bool(spec.model), "model: required (a directory or hub id)"),
+        (bool(c.paths), "corpus.paths: required (files, directories or globs)"),
+        (
+            c.format in ("auto", "text", "jsonl", "parquet"),
+            "corpus.format: auto|text|jsonl|parquet",
+        ),
+        (c.split in ("line", "paragraph"), "corpus.split: line|paragraph"),
+        (c.max_doc_bytes > 0, "corpus.max_doc_bytes: must be positive"),
+        (c.limit is None or c.limit > 0, "corpus.limit: must be positive"),
+        (a.max_length is None or a.max_length >= 4, "analysis.max_length: at least 4"),
+        (0 <= a.mask_rate < 1, "analysis.mask_rate: in [0, 1)"),
+        (
+            a.dtype in ("float32", "float64", "bfloat16", "float16"),
+            "analysis.dtype: float32|float64|bfloat16|float16",
+        ),
+        (r.workers >= 1, "runtime.workers: at least 1"),
+        (r.batch_size >= 1, "runtime.batch_size: at least 1"),
+        (r.docs_per_shard >= 1, "runtime.docs_per_shard: at least 1"),
+        (r.gpus_per_worker >= 0, "runtime.gpus_per_worker: not negative"),
+        (r.cpus_per_worker > 0, "runtime.cpus_per_worker: positive"),
+        (r.max_retries >= 0, "runtime.max_retries: not negative"),
+        (r.executor in ("ray", "local"), "runtime.executor: ray|local"),
+        (bool(spec.out), "out: required (a directory or object-store URI)"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise MixscopeError(f"invalid job spec: {message}")
+    if c.skip_regex:
+        import re
+
+        try:
+            re.compile(c.skip_regex)
+        except re.error as exc:
+            raise MixscopeError(f"invalid job spec: corpus.skip_regex: {exc}") from None
+
+
+def load_spec(path: str | None, overrides: dict[str, Any] | None = None) -> JobSpec:
+    """YAML (optional) + overrides → a validated spec."""
+    data = load_yaml(path) if path else {}
+    return build_spec(apply_overrides(data, overrides or {}))
+
+
+def with_out(spec: JobSpec, out: str) -> JobSpec:
+    return replace(spec, out=out)

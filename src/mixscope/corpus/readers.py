@@ -1,0 +1,214 @@
+"""Streaming readers: one corpus file → records with stable offsets, bad input classified.
+
+A record is a candidate document. Bad input never crashes a job and is never silently
+dropped: each rejected record carries a reason that the planner counts and the run records.
+Offsets are byte offsets in the (decompressed) stream for text and JSONL, row numbers for
+Parquet, so a shard can be re-read exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from mixscope.config import CorpusSpec
+from mixscope.corpus.sources import compression_of, format_of
+
+# reasons a record is not analysed (counted per run)
+EMPTY = "empty"
+SKIPPED_BY_RULE = "skipped_by_rule"
+INVALID_UTF8 = "invalid_utf8"
+NUL_BYTES = "nul_bytes"
+BINARY = "binary"
+OVERSIZED = "oversized"
+INVALID_JSON = "invalid_json"
+MISSING_FIELD = "missing_field"
+UNPAIRED = "unpaired"
+
+_CONTROL = bytes(range(0, 32)).replace(b"\t", b"").replace(b"\n", b"").replace(b"\r", b"")
+_BOM = b"\xef\xbb\xbf"
+_CHUNK = 1 << 20
+
+
+@dataclass
+class Record:
+    offset: int  # byte offset of the record (text/JSONL) or row number (Parquet)
+    end: int  # offset just past the record
+    text: str | None  # None when rejected
+    reason: str | None = None  # why it was rejected
+    external_id: str | None = None
+
+
+def _open_binary(path: str) -> io.BufferedIOBase:
+    raw = (
+        pa.OSFile(path, "rb")
+        if compression_of(path) is None
+        else pa.CompressedInputStream(pa.OSFile(path, "rb"), compression_of(path))
+    )
+    return io.BufferedReader(raw, buffer_size=_CHUNK)  # type: ignore[arg-type]
+
+
+def _lines(path: str, start: int, cap: int) -> Iterator[tuple[int, int, bytes | None]]:
+    """(offset, end, line without EOL) from byte ``start``; None for lines longer than ``cap``.
+
+    Long lines are skipped in chunks, never held whole in memory.
+    """
+    with _open_binary(path) as f:
+        pos = 0
+        if start:
+            if compression_of(path) is None:
+                f.seek(start)
+                pos = start
+            else:  # compressed streams cannot seek: read and drop
+                while pos < start:
+                    got = f.read(min(_CHUNK, start - pos))
+                    if not got:
+                        return
+                    pos += len(got)
+        first = pos == 0
+        while True:
+            line = f.readline(cap + 2)
+            if not line:
+                return
+            offset = pos
+            pos += len(line)
+            if first:
+                first = False
+                if line.startswith(_BOM):
+                    line = line[3:]
+            if not line.endswith(b"\n") and len(line) >= cap + 2:
+                while not line.endswith(b"\n"):  # oversized: skip to the end of the line
+                    line = f.readline(_CHUNK)
+                    if not line:
+                        break
+                    pos += len(line)
+                yield offset, pos, None
+                continue
+            yield offset, pos, line.rstrip(b"\r\n")
+
+
+def _decode(raw: bytes, cap: int) -> tuple[str | None, str | None]:
+    """(text, None) or (None, reason) for one candidate document's bytes."""
+    if len(raw) > cap:
+        return None, OVERSIZED
+    if b"\x00" in raw:
+        return None, NUL_BYTES
+    if raw and sum(raw.count(bytes([c])) for c in _CONTROL) > max(2, len(raw) // 10):
+        return None, BINARY
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, INVALID_UTF8
+    if not text.strip():
+        return None, EMPTY
+    return text, None
+
+
+def _text_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record]:
+    cap = spec.max_doc_bytes
+    if spec.split == "line":
+        for offset, end, line in _lines(path, start, cap):
+            if line is None:
+                yield Record(offset, end, None, OVERSIZED)
+                continue
+            if not line.strip():
+                continue  # blank lines separate documents: skipped by rule, not counted
+            text, reason = _decode(line, cap)
+            yield Record(offset, end, text, reason)
+        return
+    # paragraphs: runs of non-blank lines, separated by blank lines
+    buf: list[bytes] = []
+    para_start = para_end = start
+    oversized = False
+    for offset, end, line in _lines(path, start, cap):
+        if line is not None and not line.strip():
+            if buf or oversized:
+                yield _paragraph(buf, para_start, para_end, cap, oversized)
+                buf, oversized = [], False
+            continue
+        if not buf and not oversized:
+            para_start = offset
+        para_end = end
+        if line is None:
+            oversized = True
+        else:
+            buf.append(line)
+    if buf or oversized:
+        yield _paragraph(buf, para_start, para_end, cap, oversized)
+
+
+def _paragraph(buf: list[bytes], start: int, end: int, cap: int, oversized: bool) -> Record:
+    if oversized:
+        return Record(start, end, None, OVERSIZED)
+    text, reason = _decode(b"\n".join(buf), cap)
+    return Record(start, end, text, reason)
+
+
+def _jsonl_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record]:
+    cap = spec.max_doc_bytes
+    for offset, end, line in _lines(path, start, cap * 2):
+        if line is None:
+            yield Record(offset, end, None, OVERSIZED)
+            continue
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            yield Record(offset, end, None, INVALID_JSON)
+            continue
+        value = obj.get(spec.text_field) if isinstance(obj, dict) else None
+        if not isinstance(value, str):
+            yield Record(offset, end, None, MISSING_FIELD)
+            continue
+        text, reason = _decode(value.encode("utf-8"), cap)
+        ext = obj.get(spec.id_field) if spec.id_field else None
+        yield Record(offset, end, text, reason, None if ext is None else str(ext))
+
+
+def _parquet_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record]:
+    import pyarrow.parquet as pq
+
+    from mixscope.errors import MixscopeError
+
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    if spec.text_field not in names:
+        raise MixscopeError(f"{path}: no column {spec.text_field!r} (columns: {', '.join(names)})")
+    columns = [spec.text_field] + ([spec.id_field] if spec.id_field else [])
+    row = 0
+    for group in range(pf.num_row_groups):
+        n = pf.metadata.row_group(group).num_rows
+        if row + n <= start:
+            row += n
+            continue
+        table = pf.read_row_group(group, columns=columns)
+        texts = table.column(spec.text_field).to_pylist()
+        ids = table.column(spec.id_field).to_pylist() if spec.id_field else [None] * n
+        for k in range(n):
+            r = row + k
+            if r < start:
+                continue
+            value = texts[k]
+            if not isinstance(value, str):
+                yield Record(r, r + 1, None, MISSING_FIELD)
+                continue
+            text, reason = _decode(value.encode("utf-8"), spec.max_doc_bytes)
+            yield Record(r, r + 1, text, reason, None if ids[k] is None else str(ids[k]))
+        row += n
+
+
+def iter_records(path: str, spec: CorpusSpec, start: int = 0) -> Iterator[Record]:
+    """All records of one file from ``start`` on; ``skip_regex`` applied."""
+    fmt = format_of(path, spec.format)
+    reader = {"text": _text_records, "jsonl": _jsonl_records, "parquet": _parquet_records}[fmt]
+    skip = re.compile(spec.skip_regex) if spec.skip_regex else None
+    for rec in reader(path, spec, start):
+        if rec.text is not None and skip is not None and skip.search(rec.text):
+            rec.text, rec.reason = None, SKIPPED_BY_RULE
+        yield rec

@@ -1,0 +1,204 @@
+"""The driver of a job: plan, identify the run, skip what is committed, execute, commit.
+
+Data flows one way: corpus → plan → executor (workers write files) → commit records →
+run record. The driver is the only writer of commit records and of the run record.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mixscope.config import JobSpec
+from mixscope.corpus.plan import CorpusPlan, plan_corpus
+from mixscope.errors import MixscopeError
+from mixscope.models.adapters import adapter_for
+from mixscope.models.fingerprint import model_identity
+from mixscope.runtime import faults
+from mixscope.runtime.progress import Progress
+from mixscope.store import manifest
+from mixscope.store.layout import Layout
+from mixscope.store.runs import (
+    identity_options,
+    library_versions,
+    now,
+    read_run,
+    run_id_for,
+    write_run,
+)
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    root: str
+    status: str  # complete | failed
+    shards_total: int
+    shards_done: int
+    shards_failed: int
+    shards_skipped: int  # already committed before this invocation
+    rows: int
+    tokens: int
+    seconds: float
+    errors: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def check_model_architecture(spec: JobSpec) -> None:
+    """Fail before any actor starts when the model's family has no adapter."""
+    from mixscope.models.loading import load_config
+
+    config = load_config(spec.model, revision=spec.analysis.revision)
+    adapter_for(config.model_type)
+
+
+@dataclass
+class PreparedRun:
+    spec: JobSpec
+    layout: Layout
+    plan: CorpusPlan
+    run_id: str
+    record: dict[str, Any]
+
+
+def prepare(spec: JobSpec) -> PreparedRun:
+    """Everything that can fail on bad input, before any work is scheduled."""
+    plan = plan_corpus(spec.corpus, spec.runtime.docs_per_shard)
+    if plan.n_docs == 0:
+        bad = ", ".join(f"{k}: {v}" for k, v in plan.bad.items()) or "no records at all"
+        raise MixscopeError(f"the corpus has no documents to analyse ({bad})")
+    check_model_architecture(spec)
+    model = model_identity(spec.model, spec.analysis.revision)
+    options = identity_options(spec)
+    run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)
+    layout = Layout.open(spec.out)
+    stored = layout.read_json(f"{layout.run_dir(run_id)}/plan.json")
+    if stored is not None:
+        plan = CorpusPlan.from_dict(stored)  # resume on the plan the run started with
+    else:
+        layout.write_json(f"{layout.run_dir(run_id)}/plan.json", plan.to_dict())
+    record = read_run(layout, run_id) or {
+        "run_id": run_id,
+        "created_at": now(),
+        "invocations": [],
+    }
+    record.update(
+        {
+            "name": spec.name,
+            "model": model,
+            "step": spec.step if spec.step is not None else model.get("step"),
+            "corpus": {
+                "paths": list(spec.corpus.paths),
+                "files": plan.files,
+                "fingerprint": plan.fingerprint,
+                "n_docs": plan.n_docs,
+                "bad": plan.bad,
+                "bad_examples": plan.bad_examples,
+            },
+            "options": options,
+            "runtime": {
+                "workers": spec.runtime.workers,
+                "batch_size": spec.runtime.batch_size,
+                "docs_per_shard": spec.runtime.docs_per_shard,
+                "device": spec.runtime.device,
+                "executor": spec.runtime.executor,
+            },
+            "spec": spec.to_dict(),
+            "libraries": library_versions(),
+            "shards_total": len(plan.shards),
+        }
+    )
+    return PreparedRun(spec, layout, plan, run_id, record)
+
+
+def _executor(spec: JobSpec, run_id: str) -> Any:
+    if spec.runtime.executor == "local":
+        from mixscope.runtime.local import LocalExecutor
+
+        return LocalExecutor(spec, run_id)
+    from mixscope.runtime.ray_executor import RayExecutor
+
+    return RayExecutor(spec, run_id)
+
+
+def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
+    """Run (or resume) the job; every shard ends committed exactly once or recorded failed."""
+    started = time.time()
+    prep = prepare(spec)
+    layout, plan, run_id, record = prep.layout, prep.plan, prep.run_id, prep.record
+    committed = manifest.commits(layout, run_id)
+    pending = [s for s in plan.shards if s.shard_id not in committed]
+    invocation = {"started_at": now(), "pending": len(pending), "done": 0, "failed": 0, "tokens": 0}
+    record["invocations"] = [*record.get("invocations", []), invocation]
+    record["status"] = "running"
+    write_run(layout, record)
+
+    progress = Progress(
+        plan.n_docs,
+        sum(c["docs"] for c in committed.values()),
+        f"run {run_id}",
+        enabled=show_progress,
+    )
+    errors: dict[int, str] = {}
+    done_now = 0
+    tokens_now = 0
+    try:
+        if pending:
+            executor = _executor(spec, run_id)
+            try:
+                for event in executor.run(pending):
+                    if event.kind == "done":
+                        assert event.result is not None
+                        result = {**event.result, "attempt": event.attempt, "committed_at": now()}
+                        faults.maybe_crash_before_commit(event.shard_id)
+                        manifest.commit_shard(layout, run_id, result)
+                        committed[event.shard_id] = result
+                        errors.pop(event.shard_id, None)
+                        done_now += 1
+                        tokens_now += int(result["tokens"])
+                        progress.update(int(result["docs"]), int(result["tokens"]))
+                    elif event.kind == "failed":
+                        errors[event.shard_id] = event.error or "unknown error"
+                        manifest.record_failure(
+                            layout, run_id, event.shard_id, errors[event.shard_id], event.attempt
+                        )
+            finally:
+                executor.close()
+    finally:
+        progress.close()
+        seconds = time.time() - started
+        invocation.update(
+            {
+                "finished_at": now(),
+                "done": done_now,
+                "failed": len(errors),
+                "tokens": tokens_now,
+                "seconds": round(seconds, 3),
+            }
+        )
+        complete = len(committed) == len(plan.shards)
+        record["status"] = "complete" if complete else ("failed" if errors else "incomplete")
+        record["shards_done"] = len(committed)
+        record["shards_failed"] = len(errors)
+        record["rows"] = int(sum(c["rows"] for c in committed.values()))
+        record["tokens"] = int(sum(c["tokens"] for c in committed.values()))
+        record["errors"] = {str(k): v.splitlines()[0] for k, v in errors.items()}
+        write_run(layout, record)
+
+    return RunSummary(
+        run_id=run_id,
+        root=spec.out,
+        status=record["status"],
+        shards_total=len(plan.shards),
+        shards_done=len(committed),
+        shards_failed=len(errors),
+        shards_skipped=len(plan.shards) - len(pending),
+        rows=record["rows"],
+        tokens=tokens_now,
+        seconds=seconds,
+        errors={k: v.splitlines()[0] for k, v in errors.items()},
+    )

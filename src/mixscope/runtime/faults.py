@@ -1,0 +1,49 @@
+"""Fault injection for the exactly-once tests, driven by one environment variable.
+
+``MIXSCOPE_FAULTS`` is a JSON object; absent (the normal case) nothing happens. Keys:
+
+- ``{"kill": {"shard": 3, "once": "/tmp/m"}}``: the worker process dies (``os._exit``) in
+  the middle of shard 3; with ``once``, only while the marker file does not exist yet.
+- ``{"fail": {"shard": 2}}``: shard 2 raises every time.
+- ``{"crash_before_commit": {"shard": 0, "once": "/tmp/m"}}``: the driver dies after the
+  shard's files are written and renamed but before its commit record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+ENV = "MIXSCOPE_FAULTS"
+
+
+def _fault(kind: str, shard_id: int) -> bool:
+    raw = os.environ.get(ENV)
+    if not raw:
+        return False
+    spec = json.loads(raw).get(kind)
+    if not spec or int(spec.get("shard", -1)) != shard_id:
+        return False
+    once = spec.get("once")
+    if once:
+        marker = Path(once)
+        if marker.exists():
+            return False
+        marker.write_text("fired")
+    return True
+
+
+def maybe_kill(shard_id: int) -> None:
+    if _fault("kill", shard_id):
+        os._exit(137)
+
+
+def maybe_fail(shard_id: int) -> None:
+    if _fault("fail", shard_id):
+        raise RuntimeError(f"injected failure in shard {shard_id}")
+
+
+def maybe_crash_before_commit(shard_id: int) -> None:
+    if _fault("crash_before_commit", shard_id):
+        os._exit(137)

@@ -1,0 +1,148 @@
+"""The Ray executor: a pool of actors, each holding one ShardWorker (one model).
+
+Ray is imported only here. Actors ask for a GPU (``runtime.gpus_per_worker``, fractional
+allowed) only when the cluster has GPUs, so a job never waits forever for a resource that
+does not exist; the pool is also capped at what the cluster can place. A shard whose actor
+dies is retried on a fresh actor; a shard that raises is retried; both up to
+``runtime.max_retries`` times, then reported failed while the rest goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from mixscope.config import JobSpec
+from mixscope.corpus.plan import Shard
+from mixscope.errors import MixscopeError
+from mixscope.runtime import faults
+from mixscope.runtime.events import ShardEvent
+from mixscope.runtime.worker import ShardWorker
+
+
+def ensure_ray(address: str | None) -> Any:
+    """Attach to ``address`` / RAY_ADDRESS, or start (or reuse) an embedded local Ray."""
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    env_vars = {
+        k: os.environ[k] for k in (faults.ENV, "HF_HUB_OFFLINE", "HF_HOME") if k in os.environ
+    }
+    try:
+        ray.init(
+            address=address,
+            include_dashboard=False if address is None else None,
+            ignore_reinit_error=True,
+            log_to_driver=True,
+            logging_level="WARNING",
+            runtime_env={"env_vars": env_vars} if env_vars else None,
+        )
+    except ConnectionError as exc:
+        raise MixscopeError(f"cannot reach the Ray cluster at {address}: {exc}") from None
+    return ray
+
+
+def _error_text(exc: BaseException) -> str:
+    import ray
+
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+        text = str(cause).strip().splitlines()
+        return f"{type(cause).__name__}: {text[0] if text else ''}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _creation_error(exc: BaseException) -> str:
+    """The useful line of an actor that died in its constructor."""
+    text = str(exc)
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line and not line.startswith(("File ", "^", "Traceback")) and ":" in line:
+            return line
+    return _error_text(exc)
+
+
+class RayExecutor:
+    def __init__(self, spec: JobSpec, run_id: str) -> None:
+        self.spec = spec
+        self.run_id = run_id
+        self.ray = ensure_ray(spec.runtime.address)
+        r = spec.runtime
+        resources = self.ray.cluster_resources()
+        cluster_gpus = float(resources.get("GPU", 0))
+        cluster_cpus = float(resources.get("CPU", 0))
+        self.num_gpus = r.gpus_per_worker if cluster_gpus > 0 else 0.0
+        if r.cpus_per_worker > cluster_cpus:
+            raise MixscopeError(
+                f"runtime.cpus_per_worker={r.cpus_per_worker} but the cluster has {cluster_cpus:g} CPUs"
+            )
+        capacity = int(cluster_cpus // r.cpus_per_worker)
+        if self.num_gpus > 0:
+            capacity = min(capacity, int(cluster_gpus // self.num_gpus))
+        self.workers = max(1, min(r.workers, capacity))
+        if self.workers < r.workers:
+            print(
+                f"mixscope: the cluster fits {self.workers} of {r.workers} requested workers",
+                file=sys.stderr,
+            )
+        self.actor_cls = self.ray.remote(ShardWorker).options(
+            num_cpus=r.cpus_per_worker, num_gpus=self.num_gpus, max_restarts=0, max_task_retries=0
+        )
+        self.spec_dict = spec.to_dict()
+
+    def _new_actor(self) -> Any:
+        return self.actor_cls.remote(self.spec_dict, self.run_id)
+
+    def run(self, shards: list[Shard]) -> Iterator[ShardEvent]:
+        ray = self.ray
+        queue: deque[tuple[Shard, int]] = deque((s, 1) for s in shards)
+        idle = [self._new_actor() for _ in range(min(self.workers, len(shards)))]
+        try:  # surface a model that cannot load once, instead of once per shard
+            ray.get([a.info.remote() for a in idle])
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+            for a in idle:
+                ray.kill(a, no_restart=True)
+            raise MixscopeError(f"workers could not start: {_creation_error(exc)}") from None
+        in_flight: dict[Any, tuple[Any, Shard, int]] = {}
+        attempts_allowed = 1 + self.spec.runtime.max_retries
+        try:
+            while queue or in_flight:
+                while queue and idle:
+                    shard, attempt = queue.popleft()
+                    actor = idle.pop()
+                    ref = actor.process.remote(shard.__dict__)
+                    in_flight[ref] = (actor, shard, attempt)
+                ready, _ = ray.wait(list(in_flight), num_returns=1)
+                ref = ready[0]
+                actor, shard, attempt = in_flight.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+                    if isinstance(exc, ray.exceptions.RayActorError):
+                        ray.kill(actor, no_restart=True)
+                        actor = self._new_actor()  # a dead actor is replaced
+                    error = _error_text(exc)
+                    if attempt < attempts_allowed:
+                        queue.append((shard, attempt + 1))
+                        yield ShardEvent("retry", shard.shard_id, attempt, error=error)
+                    else:
+                        yield ShardEvent("failed", shard.shard_id, attempt, error=error)
+                    idle.append(actor)
+                    continue
+                idle.append(actor)
+                yield ShardEvent("done", shard.shard_id, attempt, result=result)
+        finally:
+            for actor in idle + [a for a, _, _ in in_flight.values()]:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,91 @@
+"""``mixscope submit``: a job spec to a Ray cluster through the Ray Jobs API.
+
+The submission id is derived from the spec, so submitting the same job twice does not run
+it twice: a pending, running or finished submission is reported instead. A failed or
+stopped one may be submitted again (it resumes from its committed shards).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mixscope.config import JobSpec
+from mixscope.errors import MixscopeError
+
+FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_HOME", "HF_TOKEN", "HF_ENDPOINT", "TRANSFORMERS_VERBOSITY")
+
+
+def submission_id(spec: JobSpec) -> str:
+    d = spec.to_dict()
+    d["runtime"]["address"] = None
+    digest = hashlib.blake2b(json.dumps(d, sort_keys=True).encode(), digest_size=8).hexdigest()
+    return f"mixscope-{digest}"
+
+
+def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable[..., None]) -> int:
+    import yaml
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise MixscopeError("submit needs --address http://HEAD:8265 (or RAY_ADDRESS)")
+    try:
+        client = JobSubmissionClient(address)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise MixscopeError(f"cannot reach the Ray Jobs API at {address}: {exc}") from None
+
+    base = submission_id(spec)
+    chosen = None
+    for k in range(1, 100):
+        sid = base if k == 1 else f"{base}-r{k}"
+        try:
+            status = client.get_job_status(sid)
+        except RuntimeError:  # no such submission
+            chosen = sid
+            break
+        if status in (JobStatus.FAILED, JobStatus.STOPPED):
+            continue
+        echo(f"already submitted as {sid} ({status.value}); not submitting it again", err=True)
+        return _follow(client, sid, echo) if wait else 0
+    if chosen is None:
+        raise MixscopeError(f"too many failed submissions of {base}")
+
+    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    with tempfile.TemporaryDirectory(prefix="mixscope-submit-") as tmp:
+        (Path(tmp) / "job.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
+        client.submit_job(
+            entrypoint="mixscope run job.yaml --no-progress",
+            submission_id=chosen,
+            runtime_env={"working_dir": tmp, "env_vars": env},
+            metadata={"mixscope_job": spec.name},
+        )
+    echo(f"submitted {chosen} to {address}", err=True)
+    return _follow(client, chosen, echo) if wait else 0
+
+
+def _follow(client, sid: str, echo: Callable[..., None]) -> int:
+    import asyncio
+
+    from ray.job_submission import JobStatus
+
+    async def tail() -> None:
+        async for lines in client.tail_job_logs(sid):
+            echo(lines, nl=False)
+
+    try:
+        asyncio.run(tail())
+    except Exception:  # log streaming is best effort; the status below is what counts
+        pass
+    while True:
+        status = client.get_job_status(sid)
+        if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+            break
+        time.sleep(1)
+    echo(f"{sid}: {status.value}", err=True)
+    return 0 if status == JobStatus.SUCCEEDED else 1

@@ -1,0 +1,1 @@
+"""DuckDB over committed results: views, named queries, parameters."""

@@ -1,0 +1,123 @@
+"""Where everything of a results root lives (a local path or an object-store URI).
+
+    ROOT/tokens/run_id=<run>/part-<shard>.parquet        per-token-per-layer rows
+    ROOT/frequencies/run_id=<run>/part-<shard>.parquet   token counts of the shard
+    ROOT/documents/run_id=<run>/part-<shard>.parquet     doc_id → source file, offset, id
+    ROOT/_mixscope/runs/<run>/run.json                   the run record
+    ROOT/_mixscope/runs/<run>/plan.json                  the shard plan
+    ROOT/_mixscope/runs/<run>/commits/<shard>.json       the manifest: one record per shard
+    ROOT/_mixscope/runs/<run>/failures/<shard>.json      last error of a failed shard
+
+Data folders are hive-partitioned by ``run_id`` so pandas, polars, DuckDB and Spark read
+them directly; the ``_mixscope`` folder starts with ``_`` so dataset readers skip it.
+Temporary files start with ``.`` and end in ``.tmp``: no ``*.parquet`` glob ever sees one.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+KINDS = ("tokens", "frequencies", "documents")
+
+
+def open_root(root: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and base path for a local path or URI (s3://, gs://, …)."""
+    import os
+
+    if "://" not in root:
+        root = os.path.abspath(os.path.expanduser(root))
+        return pafs.LocalFileSystem(), root.rstrip("/") or "/"
+    fs, path = pafs.FileSystem.from_uri(root)
+    return fs, path.rstrip("/")
+
+
+@dataclass
+class Layout:
+    root: str
+    fs: pafs.FileSystem
+    base: str
+
+    @classmethod
+    def open(cls, root: str) -> Layout:
+        fs, base = open_root(root)
+        return cls(root, fs, base)
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def data_dir(self, kind: str, run_id: str) -> str:
+        return f"{self.base}/{kind}/run_id={run_id}"
+
+    def data_file(self, kind: str, run_id: str, shard_id: int) -> str:
+        return f"{self.data_dir(kind, run_id)}/part-{shard_id:06d}.parquet"
+
+    def run_dir(self, run_id: str) -> str:
+        return f"{self.base}/_mixscope/runs/{run_id}"
+
+    def runs_dir(self) -> str:
+        return f"{self.base}/_mixscope/runs"
+
+    def commit_file(self, run_id: str, shard_id: int) -> str:
+        return f"{self.run_dir(run_id)}/commits/{shard_id:06d}.json"
+
+    def failure_file(self, run_id: str, shard_id: int) -> str:
+        return f"{self.run_dir(run_id)}/failures/{shard_id:06d}.json"
+
+    # -- small atomic primitives -------------------------------------------------------
+
+    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+        """Write to a hidden temporary name in the same folder, then rename over ``path``."""
+        folder, name = path.rsplit("/", 1)
+        self.fs.create_dir(folder, recursive=True)
+        tmp = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, path)
+
+    def write_json(self, path: str, obj: Any) -> None:
+        self.write_bytes_atomic(path, json.dumps(obj, indent=1, sort_keys=True).encode())
+
+    def read_json(self, path: str) -> Any | None:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return json.loads(f.read().decode())
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # some filesystems raise OSError for missing files
+            if "not found" in str(exc).lower() or "no such file" in str(exc).lower():
+                return None
+            raise
+
+    def list_files(self, folder: str, suffix: str = "") -> list[str]:
+        selector = pafs.FileSelector(folder, allow_not_found=True)
+        infos = self.fs.get_file_info(selector)
+        names = [i.path for i in infos if i.type == pafs.FileType.File]
+        return sorted(
+            p for p in names if p.endswith(suffix) and not p.rsplit("/", 1)[-1].startswith(".")
+        )
+
+    def list_dirs(self, folder: str) -> list[str]:
+        selector = pafs.FileSelector(folder, allow_not_found=True)
+        return sorted(
+            i.base_name
+            for i in self.fs.get_file_info(selector)
+            if i.type == pafs.FileType.Directory
+        )
+
+    def delete(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+
+    def read_table(self, path: str) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path, filesystem=self.fs)

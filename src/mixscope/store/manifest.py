@@ -1,0 +1,57 @@
+"""The commit protocol: a shard's files become visible only when its commit record exists.
+
+Workers write each file to a temporary name and rename it; the driver then writes one
+commit record per shard (atomically). Readers list commit records, never data folders, so
+a crash leaves no visible partial data, and a rerun that recomputes a shard overwrites the
+same file names and the same record: results never duplicate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mixscope.store.layout import Layout
+
+
+def commit_shard(layout: Layout, run_id: str, result: dict[str, Any]) -> None:
+    """Record a finished shard (its files were already written and renamed)."""
+    layout.write_json(layout.commit_file(run_id, result["shard_id"]), result)
+    layout.delete(layout.failure_file(run_id, result["shard_id"]))
+
+
+def record_failure(layout: Layout, run_id: str, shard_id: int, error: str, attempts: int) -> None:
+    layout.write_json(
+        layout.failure_file(run_id, shard_id),
+        {"shard_id": shard_id, "error": error, "attempts": attempts},
+    )
+
+
+def commits(layout: Layout, run_id: str) -> dict[int, dict[str, Any]]:
+    """shard_id → commit record, for every committed shard of the run."""
+    out: dict[int, dict[str, Any]] = {}
+    for path in layout.list_files(f"{layout.run_dir(run_id)}/commits", ".json"):
+        rec = layout.read_json(path)
+        if rec is not None:
+            out[int(rec["shard_id"])] = rec
+    return out
+
+
+def failures(layout: Layout, run_id: str) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for path in layout.list_files(f"{layout.run_dir(run_id)}/failures", ".json"):
+        rec = layout.read_json(path)
+        if rec is not None:
+            out[int(rec["shard_id"])] = rec
+    return out
+
+
+def committed_files(layout: Layout, kind: str, run_ids: list[str] | None = None) -> list[str]:
+    """Paths of the committed ``kind`` files of the given runs (all runs by default)."""
+    runs = run_ids if run_ids is not None else layout.list_dirs(layout.runs_dir())
+    files: list[str] = []
+    for run_id in runs:
+        for rec in commits(layout, run_id).values():
+            path = rec.get("files", {}).get(kind, {}).get("path")
+            if path:
+                files.append(path)
+    return sorted(files)

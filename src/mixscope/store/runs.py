@@ -1,0 +1,81 @@
+"""Run identity and the run record.
+
+A run is identified by (model fingerprint, corpus fingerprint, analysis options): running
+the same job again is the same run and resumes it. Execution settings (workers, batch
+size, device) are not part of the identity: they do not change the numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from typing import Any
+
+from mixscope import __version__
+from mixscope.config import JobSpec
+from mixscope.store.layout import Layout
+from mixscope.store.schema import SCHEMA_VERSION
+
+
+def identity_options(spec: JobSpec) -> dict[str, Any]:
+    """The options that change the numbers or the documents."""
+    c, a = spec.corpus, spec.analysis
+    return {
+        "corpus": {
+            "format": c.format,
+            "split": c.split,
+            "pairs": c.pairs,
+            "text_field": c.text_field,
+            "skip_regex": c.skip_regex,
+            "max_doc_bytes": c.max_doc_bytes,
+            "limit": c.limit,
+        },
+        "analysis": {
+            "max_length": a.max_length,
+            "mask_rate": a.mask_rate,
+            "seed": a.seed,
+            "dtype": a.dtype,
+        },
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def run_id_for(model_fingerprint: str, corpus_fingerprint: str, options: dict[str, Any]) -> str:
+    key = json.dumps([model_fingerprint, corpus_fingerprint, options], sort_keys=True)
+    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"mixscope": __version__, "python": platform.python_version()}
+    for pkg in ("torch", "transformers", "tokenizers", "pyarrow", "ray", "duckdb"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def read_run(layout: Layout, run_id: str) -> dict[str, Any] | None:
+    return layout.read_json(f"{layout.run_dir(run_id)}/run.json")
+
+
+def write_run(layout: Layout, record: dict[str, Any]) -> None:
+    record["updated_at"] = now()
+    layout.write_json(f"{layout.run_dir(record['run_id'])}/run.json", record)
+
+
+def list_runs(layout: Layout) -> list[dict[str, Any]]:
+    runs = []
+    for run_id in layout.list_dirs(layout.runs_dir()):
+        rec = read_run(layout, run_id)
+        if rec is not None:
+            runs.append(rec)
+    return sorted(runs, key=lambda r: r.get("created_at", ""))
