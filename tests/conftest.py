@@ -32,3 +32,26 @@ def tiny():
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One real local Ray instance for the whole test session (ray.init takes seconds)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory):
+    """A tiny random BERT saved with its tokenizer: a real model directory that loads fast."""
+    import torch
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    model, tok = build("bert", torch.float32)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)

@@ -304,8 +304,9 @@ def _print_summary(summary: Any) -> None:
     from mixscope.format import aligned_table
     from mixscope.sql.summary import layer_summary
 
+    s = summary
     click.echo(
-        f"run {summary.run_id}: {summary.status} — {summary.shards_done}/{summary.shards_total} shards "
+        f"run {s.run_id}: {s.status} — {s.shards_done}/{s.shards_total} shards "
         f"({summary.shards_skipped} already committed, {summary.shards_failed} failed), "
         f"{summary.rows:,} rows, {summary.tokens:,} tokens in {summary.seconds:.1f}s "
         f"({summary.tokens_per_second:,.0f} tok/s) → {summary.root}",
@@ -377,11 +378,13 @@ def validate(job, model, corpus, out, workers, batch_size, max_length, revision,
         ["run id", prep.run_id],
         [
             "model",
-            f"{spec.model} ({worker.loaded.adapter.family}, {worker.engine.num_layers} layers, {worker.device})",
+            f"{spec.model} ({worker.loaded.adapter.family}, "
+            f"{worker.engine.num_layers} layers, {worker.device})",
         ],
         [
             "corpus",
-            f"{len(prep.plan.files)} files, {prep.plan.n_docs:,} documents, {len(prep.plan.shards)} shards",
+            f"{len(prep.plan.files)} files, {prep.plan.n_docs:,} documents, "
+            f"{len(prep.plan.shards)} shards",
         ],
         ["bad input", ", ".join(f"{k}={v}" for k, v in prep.plan.bad.items()) or "none"],
         [

@@ -108,9 +108,11 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
     origin = typing.get_origin(typ)
     args = typing.get_args(typ)
     if origin in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "")):
-            if type(None) in args:
-                return None
+        is_null = value is None or (
+            isinstance(value, str) and value.lower() in ("null", "none", "")
+        )
+        if is_null and type(None) in args:
+            return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(value, inner[0], key)
     if origin is tuple:

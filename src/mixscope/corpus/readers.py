@@ -203,9 +203,21 @@ def _parquet_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record
         row += n
 
 
+def looks_binary(path: str) -> bool:
+    """A text or JSONL file with NUL bytes in its first 8 KiB is binary (as grep decides)."""
+    with _open_binary(path) as f:
+        return b"\x00" in f.read(8192)
+
+
 def iter_records(path: str, spec: CorpusSpec, start: int = 0) -> Iterator[Record]:
-    """All records of one file from ``start`` on; ``skip_regex`` applied."""
+    """All records of one file from ``start`` on; ``skip_regex`` applied.
+
+    A binary file is one record with reason ``binary`` (it is not read line by line).
+    """
     fmt = format_of(path, spec.format)
+    if fmt != "parquet" and looks_binary(path):
+        yield Record(0, 0, None, BINARY)
+        return
     reader = {"text": _text_records, "jsonl": _jsonl_records, "parquet": _parquet_records}[fmt]
     skip = re.compile(spec.skip_regex) if spec.skip_regex else None
     for rec in reader(path, spec, start):

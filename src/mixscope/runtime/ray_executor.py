@@ -22,6 +22,8 @@ from mixscope.runtime import faults
 from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.worker import ShardWorker
 
+FORWARDED_ENV = (faults.ENV, "HF_HUB_OFFLINE", "HF_HOME", "HF_TOKEN", "TRANSFORMERS_VERBOSITY")
+
 
 def ensure_ray(address: str | None) -> Any:
     """Attach to ``address`` / RAY_ADDRESS, or start (or reuse) an embedded local Ray."""
@@ -80,7 +82,8 @@ class RayExecutor:
         self.num_gpus = r.gpus_per_worker if cluster_gpus > 0 else 0.0
         if r.cpus_per_worker > cluster_cpus:
             raise MixscopeError(
-                f"runtime.cpus_per_worker={r.cpus_per_worker} but the cluster has {cluster_cpus:g} CPUs"
+                f"runtime.cpus_per_worker={r.cpus_per_worker} "
+                f"but the cluster has {cluster_cpus:g} CPUs"
             )
         capacity = int(cluster_cpus // r.cpus_per_worker)
         if self.num_gpus > 0:
@@ -91,8 +94,16 @@ class RayExecutor:
                 f"mixscope: the cluster fits {self.workers} of {r.workers} requested workers",
                 file=sys.stderr,
             )
+        # the driver's settings travel with each actor (a cluster's workers have their own env)
+        env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+        env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         self.actor_cls = self.ray.remote(ShardWorker).options(
-            num_cpus=r.cpus_per_worker, num_gpus=self.num_gpus, max_restarts=0, max_task_retries=0
+            num_cpus=r.cpus_per_worker,
+            num_gpus=self.num_gpus,
+            max_restarts=0,
+            max_task_retries=0,
+            runtime_env={"env_vars": env},
         )
         self.spec_dict = spec.to_dict()
 

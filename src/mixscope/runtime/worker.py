@@ -56,6 +56,9 @@ class ShardWorker:
         self.spec = spec if isinstance(spec, JobSpec) else build_spec(spec)
         self.run_id = run_id
         r, a = self.spec.runtime, self.spec.analysis
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one bar per actor per load is noise in job logs
         self.loaded = load(self.spec.model, revision=a.revision, dtype=a.dtype, device=r.device)
         device = next(self.loaded.model.parameters()).device
         if device.type == "cpu":

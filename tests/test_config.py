@@ -1,0 +1,61 @@
+"""Job specs: YAML → frozen dataclasses, overrides, validation in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from mixscope.config import apply_overrides, build_spec, load_spec, parse_set
+from mixscope.errors import MixscopeError
+
+
+def test_yaml_and_overrides(tmp_path):
+    (tmp_path / "c.txt").write_text("x\n")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: t\nmodel: m\ncorpus:\n  paths: [c.txt]\nruntime:\n  workers: 3\nout: o\n")
+    spec = load_spec(
+        str(job), parse_set(["runtime.batch_size=4", "analysis.mask_rate=0.12", "workers=2"])
+    )
+    assert spec.corpus.paths == (str((tmp_path / "c.txt").resolve()),)  # relative to the spec
+    assert (spec.runtime.workers, spec.runtime.batch_size, spec.analysis.mask_rate) == (2, 4, 0.12)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.name = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"modle": "x"}, "unknown field modle"),
+        ({"runtime": {"wrokers": 2}}, "unknown field runtime.wrokers"),
+        ({"runtime": {"workers": "many"}}, "runtime.workers: expected int"),
+        ({"runtime": {"workers": 0}}, "runtime.workers: at least 1"),
+        ({"analysis": {"mask_rate": 1.5}}, "analysis.mask_rate"),
+        ({"corpus": {"paths": []}}, "corpus.paths: required"),
+        ({"corpus": {"paths": ["x"], "skip_regex": "("}}, "corpus.skip_regex"),
+        ({"runtime": 3}, "runtime: expected a mapping"),
+    ],
+)
+def test_validation_messages(data, message):
+    base = {"corpus": {"paths": ["x"]}}
+    merged = {**base, **data}
+    if isinstance(data.get("corpus"), dict):
+        merged["corpus"] = data["corpus"]
+    with pytest.raises(MixscopeError, match=message):
+        build_spec(merged)
+
+
+def test_no_yaml_at_all():
+    spec = load_spec(None, {"model": "m", "corpus.paths": ["a.txt"], "out": "o"})
+    assert spec.model == "m" and spec.corpus.paths == ("a.txt",) and spec.out == "o"
+
+
+def test_bad_yaml(tmp_path):
+    job = tmp_path / "bad.yaml"
+    job.write_text("name: [unclosed\n")
+    with pytest.raises(MixscopeError, match="not valid YAML"):
+        load_spec(str(job))
+    with pytest.raises(MixscopeError, match="does not exist"):
+        load_spec(str(tmp_path / "missing.yaml"))
+    with pytest.raises(MixscopeError, match="unknown section"):
+        apply_overrides({}, {"nosuch.field": 1})

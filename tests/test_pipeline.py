@@ -1,0 +1,287 @@
+"""The batch pipeline end to end on a real local Ray: exactly-once, resume, faults."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import mixscope
+from mixscope.cli import main
+from mixscope.config import load_spec
+from mixscope.runtime.driver import run_job
+from mixscope.sql.views import connect
+from mixscope.store import manifest
+from mixscope.store.layout import Layout
+
+DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
+KEYS = "doc_id, segment, position, layer"
+
+
+def _spec(model: str, out, **overrides):
+    base = {
+        "model": model,
+        "corpus.paths": [str(DEMO)],
+        "out": str(out),
+        "runtime.workers": 2,
+        "runtime.docs_per_shard": 4,
+        "runtime.batch_size": 4,
+        "analysis.max_length": 32,
+        "runtime.max_retries": 1,
+    }
+    return load_spec(None, {**base, **overrides})
+
+
+def content_hash(root: str) -> tuple[int, str]:
+    """Row count and an order-independent hash of every committed token row."""
+    con = connect(root)
+    table = con.sql(f"SELECT * EXCLUDE (run_id) FROM tokens ORDER BY {KEYS}").to_arrow_table()
+    digest = hashlib.sha256()
+    for col in table.column_names:
+        digest.update(col.encode())
+        arr = table[col].combine_chunks()
+        digest.update(
+            np.asarray(
+                arr.to_pylist() if col == "token" else arr.to_numpy(zero_copy_only=False)
+            ).tobytes()
+        )
+    return table.num_rows, digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def clean_run(ray_local, tiny_bert_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("clean")
+    summary = run_job(_spec(tiny_bert_dir, out), show_progress=False)
+    return summary, str(out), content_hash(str(out))
+
+
+def test_two_actors_end_to_end_real_model(ray_local, minilm_path, tmp_path):
+    spec = _spec(minilm_path, tmp_path, **{"analysis.max_length": 128})
+    summary = run_job(spec, show_progress=False)
+    assert summary.status == "complete" and summary.shards_done == summary.shards_total == 8
+    texts = [ln for ln in DEMO.read_text().splitlines() if ln.strip()]
+    expected = mixscope.analyze(minilm_path, texts, max_length=128)
+    con = connect(str(tmp_path))
+    got = con.sql(f"SELECT * EXCLUDE (run_id) FROM tokens ORDER BY {KEYS}").to_arrow_table()
+    assert got.num_rows == expected.num_rows  # Σ tokens × layers
+    assert (
+        con.execute(f"SELECT count(*) FROM (SELECT DISTINCT {KEYS} FROM tokens)").fetchone()[0]
+        == got.num_rows
+    )
+    for col in ("doc_id", "segment", "position", "token_id", "layer", "is_special"):
+        assert got[col].to_pylist() == expected[col].to_pylist(), col
+    for m in mixscope.MEASURES:
+        np.testing.assert_allclose(got[m].to_numpy(), expected[m].to_numpy(), atol=1e-5)
+    # frequencies count every token of the corpus once
+    total = con.execute("SELECT sum(count) FROM frequencies").fetchone()[0]
+    assert total == got.num_rows // 6
+    # files: zstd, explicit schema version, dictionary-encoded tokens
+    import pyarrow.parquet as pq
+
+    f = manifest.committed_files(Layout.open(str(tmp_path)), "tokens")[0]
+    meta = pq.ParquetFile(f)
+    assert meta.schema_arrow.metadata[b"mixscope.schema_version"] == b"1"
+    assert meta.metadata.row_group(0).column(0).compression == "ZSTD"
+    assert "RLE_DICTIONARY" in str(meta.metadata.row_group(0).column(4).encodings)
+    record = json.loads((tmp_path / "_mixscope" / "runs" / summary.run_id / "run.json").read_text())
+    assert record["status"] == "complete" and record["corpus"]["n_docs"] == 30
+    assert {"torch", "transformers", "ray", "mixscope"} <= set(record["libraries"])
+
+
+def test_rerun_skips_committed_shards(clean_run, tiny_bert_dir):
+    summary, out, before = clean_run
+    again = run_job(_spec(tiny_bert_dir, out), show_progress=False)
+    assert again.run_id == summary.run_id and again.shards_skipped == summary.shards_total
+    assert again.tokens == 0 and content_hash(out) == before
+
+
+def test_actor_killed_mid_shard_is_retried(
+    ray_local, tiny_bert_dir, tmp_path, clean_run, monkeypatch
+):
+    monkeypatch.setenv(
+        "MIXSCOPE_FAULTS", json.dumps({"kill": {"shard": 2, "once": str(tmp_path / "m")}})
+    )
+    summary = run_job(_spec(tiny_bert_dir, tmp_path / "out"), show_progress=False)
+    assert (tmp_path / "m").exists()  # the fault fired
+    assert summary.status == "complete"
+    assert content_hash(str(tmp_path / "out")) == clean_run[2]
+    commit = json.loads(
+        (
+            tmp_path / "out" / "_mixscope" / "runs" / summary.run_id / "commits" / "000002.json"
+        ).read_text()
+    )
+    assert commit["attempt"] == 2
+
+
+def test_shard_that_always_fails(ray_local, tiny_bert_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("MIXSCOPE_FAULTS", json.dumps({"fail": {"shard": 1}}))
+    summary = run_job(_spec(tiny_bert_dir, tmp_path), show_progress=False)
+    assert summary.status == "failed" and summary.shards_failed == 1
+    assert summary.shards_done == summary.shards_total - 1
+    assert "injected failure in shard 1" in summary.errors[1]
+    failure = json.loads(
+        (tmp_path / "_mixscope" / "runs" / summary.run_id / "failures" / "000001.json").read_text()
+    )
+    assert failure["attempts"] == 2
+    # the CLI exits non-zero and says which shard failed; status shows it
+    result = CliRunner().invoke(main, ["status", str(tmp_path)])
+    assert "failed" in result.output and "shard 1" in result.output
+    # once the cause is gone, a rerun completes only the failed shard
+    monkeypatch.delenv("MIXSCOPE_FAULTS")
+    again = run_job(_spec(tiny_bert_dir, tmp_path), show_progress=False)
+    assert again.status == "complete" and again.shards_skipped == summary.shards_total - 1
+
+
+def _driver(args: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mixscope.cli", "run", *args, "--no-progress"],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _cli_args(model: str, out) -> list[str]:
+    return [
+        "--model",
+        model,
+        "--corpus",
+        str(DEMO),
+        "--out",
+        str(out),
+        "--workers",
+        "2",
+        "--batch-size",
+        "4",
+        "--max-length",
+        "32",
+        "--set",
+        "runtime.docs_per_shard=4",
+        "--set",
+        "runtime.max_retries=1",
+    ]
+
+
+def test_crash_between_write_and_commit_then_resume(tiny_bert_dir, tmp_path, clean_run):
+    out = tmp_path / "out"
+    faults = {
+        "MIXSCOPE_FAULTS": json.dumps(
+            {"crash_before_commit": {"shard": 3, "once": str(tmp_path / "m")}}
+        )
+    }
+    proc = _driver(_cli_args(tiny_bert_dir, out), faults)
+    proc.wait(timeout=300)
+    assert proc.returncode == 137
+    layout = Layout.open(str(out))
+    run_id = layout.list_dirs(layout.runs_dir())[0]
+    # shard 3's file was written and renamed, but it is not committed, so nobody sees it
+    assert Path(layout.data_file("tokens", run_id, 3)).exists()
+    assert 3 not in manifest.commits(layout, run_id)
+    visible = (
+        connect(str(out))
+        .execute("SELECT count(*) FROM tokens WHERE doc_id BETWEEN 12 AND 15")
+        .fetchone()[0]
+    )
+    assert visible == 0
+    # resume: same job, the rest is computed, the result equals a clean run
+    summary = run_job(_spec(tiny_bert_dir, out), show_progress=False)
+    assert summary.status == "complete" and summary.shards_skipped >= 1
+    assert content_hash(str(out)) == clean_run[2]
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_driver_killed_mid_run_then_resume(tiny_bert_dir, tmp_path, clean_run):
+    out = tmp_path / "out"
+    proc = _driver(_cli_args(tiny_bert_dir, out), {})
+    commits = out / "_mixscope" / "runs"
+    deadline = time.time() + 240
+    while time.time() < deadline and not list(commits.glob("*/commits/*.json")):
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=60)
+    done_before = len(list(commits.glob("*/commits/*.json")))
+    assert done_before >= 1
+    summary = run_job(_spec(tiny_bert_dir, out), show_progress=False)
+    assert summary.status == "complete" and summary.shards_skipped >= done_before
+    assert content_hash(str(out)) == clean_run[2]
+
+
+def test_cli_run_prints_sql_summary_and_bad_inputs(ray_local, tiny_bert_dir, tmp_path):
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "ok.txt").write_bytes(b"\xef\xbb\xbfA fine line.\r\nAnother fine line.\r\n")
+    (corpus / "empty.txt").write_bytes(b"")
+    (corpus / "bad.txt").write_bytes(
+        b"\xff\xfe\xfa not utf8\n" + b"y" * (2 * 1024 * 1024) + b"\nok again\n"
+    )
+    (corpus / "blob.bin").write_bytes(bytes(range(256)) * 64)
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--model",
+            tiny_bert_dir,
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(tmp_path / "o"),
+            "--workers",
+            "1",
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].split()[:2] == ["layer", "tokens"] and len(lines) == 2 + 2  # two layers
+    run_dir = next((tmp_path / "o" / "_mixscope" / "runs").iterdir())
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["corpus"]["n_docs"] == 3
+    assert record["corpus"]["bad"] == {"binary": 1, "invalid_utf8": 1, "oversized": 1}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--model", "m", "--out", "o"], "corpus.paths: required"),
+        (
+            ["run", "--corpus", "/no/such/dir", "--out", "o"],
+            "corpus path /no/such/dir does not exist",
+        ),
+        (["run", "jobs/nope.yaml"], "job spec jobs/nope.yaml does not exist"),
+        (
+            ["run", "--corpus", __file__, "--set", "runtime.workers=0"],
+            "runtime.workers: at least 1",
+        ),
+    ],
+)
+def test_cli_errors(args, message):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_empty_corpus_is_a_clear_error(tmp_path):
+    (tmp_path / "empty.txt").write_text("\n\n")
+    result = CliRunner().invoke(
+        main, ["run", "--corpus", str(tmp_path / "empty.txt"), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 1
+    assert "the corpus has no documents to analyse" in result.output
+    assert not (tmp_path / "o").exists()  # nothing started
+
+
+def test_duckdb_reads_the_results_without_mixscope(clean_run):
+    _, out, (rows, _) = clean_run
+    # raw readers see hive-partitioned, committed files (no temporary file matches *.parquet)
+    sql = f"SELECT count(*) FROM read_parquet('{out}/tokens/*/*.parquet', hive_partitioning=true)"
+    n = duckdb.sql(sql).fetchall()[0][0]
+    assert n == rows
