@@ -40,6 +40,30 @@ class BlockTensors:
     attn_out: torch.Tensor  # [batch, seq, hidden]             Σ_j a_ij + b_O (output projection)
     z: torch.Tensor  # [batch, seq, hidden]                 the real input of the norm
     y: torch.Tensor  # [batch, seq, hidden]                 the real output of the norm
+    # A term of z that belongs to the token itself besides x_i (parallel residual: the MLP
+    # output m_i, so z_i = Σ_j a_ij + b_O + x_i + m_i); None when z = x + attention output.
+    extra: torch.Tensor | None = None  # [batch, seq, hidden]
+
+    def own_residual(self) -> torch.Tensor:
+        """What the token adds to z besides attention: x_i (+ m_i). [batch, seq, hidden]."""
+        return self.x if self.extra is None else self.x + self.extra
+
+
+def select_values(out: torch.Tensor, layout: str, heads: int, head_dim: int) -> torch.Tensor:
+    """The values [batch, seq, kv_heads * head_dim] from the value module's output.
+
+    ``layout`` (``Adapter.value_layout``): "plain" is the output itself; "fused" is the last
+    third of [q | k | v]; "fused_per_head" the last third of each head's [q_h | k_h | v_h].
+    """
+    if layout == "plain":
+        return out
+    if layout == "fused":
+        width = out.shape[-1] // 3
+        return out[..., 2 * width :]
+    if layout == "fused_per_head":
+        per_head = out.reshape(*out.shape[:-1], heads, 3 * head_dim)
+        return per_head[..., 2 * head_dim :].reshape(*out.shape[:-1], heads * head_dim)
+    raise ValueError(f"unknown value layout {layout!r}")
 
 
 def head_values(values: torch.Tensor, p: BlockParams) -> torch.Tensor:

@@ -32,19 +32,28 @@ def _gram_norms(alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return sq.clamp_min(0).sqrt()
 
 
-def pair_norms(t: BlockTensors, p: BlockParams) -> torch.Tensor:
-    """‖a_ij‖, ‖r_ij‖, ‖F_i(x_j)‖: [measure, batch, seq(i), seq(j)] in ``PAIR_MEASURES``."""
+def pair_norms(t: BlockTensors, p: BlockParams, causal: bool = False) -> torch.Tensor:
+    """‖a_ij‖, ‖r_ij‖, ‖F_i(x_j)‖: [measure, batch, seq(i), seq(j)] in ``PAIR_MEASURES``.
+
+    ``causal``: the entries j > i (sources a causal query cannot see) are set to exactly 0.
+    """
     f = per_head_transformed(t, p)  # [batch, heads, seq, hidden]
     attn = _gram_norms(t.alpha, f)  # [batch, seq, seq]
     u = p.gamma * centre(f, p.norm_kind)  # [batch, heads, seq, hidden]
     s = norm_scale(t.z, p)  # [batch, seq, 1]
     ln = _gram_norms(t.alpha, u) / s  # [batch, seq, seq]
 
-    r_self = self_attention_vector(t, p) + t.x  # [batch, seq, hidden]
-    res_diag = torch.linalg.vector_norm(r_self, dim=-1)  # [batch, seq]
-    ln_diag = torch.linalg.vector_norm(p.gamma * centre(r_self, p.norm_kind), dim=-1) / s[..., 0]
+    a_self = self_attention_vector(t, p)  # [batch, seq, hidden]
+    res_diag = torch.linalg.vector_norm(a_self + t.x, dim=-1)  # ‖a_ii + x_i‖  [batch, seq]
+    ln_self = p.gamma * centre(a_self + t.own_residual(), p.norm_kind)  # (+ m_i, parallel)
+    ln_diag = torch.linalg.vector_norm(ln_self, dim=-1) / s[..., 0]
 
     attnres = attn.clone()
     attnres.diagonal(dim1=-2, dim2=-1).copy_(res_diag)
     ln.diagonal(dim1=-2, dim2=-1).copy_(ln_diag)
-    return torch.stack([attn, attnres, ln])
+    out = torch.stack([attn, attnres, ln])
+    if causal:
+        seq = out.shape[-1]
+        future = torch.ones(seq, seq, dtype=torch.bool, device=out.device).triu(1)
+        out = out.masked_fill(future, 0.0)
+    return out

@@ -33,17 +33,26 @@ def ratio(context: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, c / torch.where(total > 0, total, 1), torch.zeros_like(c))
 
 
-def token_measures(t: BlockTensors, p: BlockParams) -> torch.Tensor:
-    """The five measures of every token: [measure, batch, seq] in ``MEASURE_ORDER``."""
+def token_measures(
+    t: BlockTensors, p: BlockParams, no_context: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The five measures of every token: [measure, batch, seq] in ``MEASURE_ORDER``.
+
+    ``no_context`` [batch, seq] bool marks tokens that have no other token to mix in (the
+    first token of a causal sequence): their five measures are exactly 0 by definition,
+    not the float noise ``attn_out − b_O − a_ii`` would leave.
+    """
     a_self = self_attention_vector(t, p)  # [batch, seq, hidden]
     a_context = (t.attn_out - p.b_out) - a_self  # Σ_{j≠i} a_ij        [batch, seq, hidden]
     r_self = a_self + t.x  # a_ii + x_i                                [batch, seq, hidden]
-    # F_i(x_j) = γ ⊙ centre(r_ij) / s(z_i): the shared s(z_i) cancels inside the ratio.
+    # F_i(x_j) = γ ⊙ centre(r_ij + δ_ij m_i) / s(z_i): the shared s(z_i) cancels in the ratio;
+    # m_i (parallel residual's MLP output, else absent) belongs to the token itself.
+    ln_r_self = r_self if t.extra is None else r_self + t.extra
     ln_context = p.gamma * centre(a_context, p.norm_kind)
-    ln_self = p.gamma * centre(r_self, p.norm_kind)
+    ln_self = p.gamma * centre(ln_r_self, p.norm_kind)
 
     attn_w = 1.0 - torch.diagonal(t.alpha, dim1=-2, dim2=-1).mean(dim=1)  # [batch, seq]
-    return torch.stack(
+    out = torch.stack(
         [
             attn_w,
             ratio(a_context, a_self),
@@ -52,3 +61,6 @@ def token_measures(t: BlockTensors, p: BlockParams) -> torch.Tensor:
             ratio(ln_context, ln_self),
         ]
     )
+    if no_context is not None:
+        out = out.masked_fill(no_context.unsqueeze(0), 0.0)
+    return out

@@ -4,21 +4,29 @@ The engine (``mixing/``) never branches on the model family. It needs, per block
 tensors that every attention block has in some form, and an adapter says where each lives:
 
 - the block's input ``x`` (the residual stream entering the block),
-- the per-head value vectors (output of the value projection),
+- the per-head value vectors (output of the value projection, or a slice of a fused
+  query/key/value projection),
 - the attention weights ``α`` (second output of the attention module, eager path),
 - the output projection ``W_O, b_O`` (its output is ``Σ_j a_ij + b_O``),
-- the normalization after the residual sum (LN1 in post-LN blocks; LN2 in pre-LN blocks),
+- the normalization after the residual sum (LN1 in post-LN blocks; LN2 / the post-attention
+  RMSNorm in pre-LN blocks; the next block's input norm with a parallel residual),
   whose input is the real pre-LN vector ``z`` and whose output is the real ``x̃``.
 
-Module paths are relative to one block (an element of ``layers``).
+In a pre-LN block the value projection reads ``LN1(x_j)``, so the captured values already
+are ``LN1(x_j) W_V + b_V``: the same hooks serve both placements.
+
+Module paths are relative to one block (an element of ``layers``), except ``layers`` and
+``final_norm`` (relative to the base model).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from mixscope.errors import UnsupportedArchitectureError
+
+ValueLayout = Literal["plain", "fused", "fused_per_head"]
 
 
 @dataclass(frozen=True)
@@ -29,17 +37,46 @@ class Adapter:
     model_types: tuple[str, ...]
     layers: str  # path from the base model to the ModuleList of blocks
     attention: str  # module whose output is (attn_output, attn_weights [batch, heads, q, k])
-    value: str  # Linear giving the values [batch, seq, kv_heads * head_dim]
-    out_proj: str  # Linear W_O [hidden, heads * head_dim], b_O [hidden]
+    value: str  # module whose output holds the values (see ``value_layout``)
+    out_proj: str  # W_O [hidden, heads * head_dim] (PyTorch layout), b_O [hidden]
     norm_after: str  # the normalization applied to z = x + attention output
     norm_kind: Literal["layer", "rms"] = "layer"
-    placement: Literal["post", "pre"] = "post"
+    placement: Literal["post", "pre"] = "post"  # documentation: the hooks are the same
     heads_attr: str = "num_attention_heads"
     kv_heads_attr: str | None = None  # grouped-query attention; None: as many as query heads
     norm_eps_attr: str = "eps"  # attribute of the norm module holding its epsilon
+    norm_in_float32: bool = False  # the norm computes in float32 whatever the model's dtype
     position_offset: int = 0  # positions reserved by the embedding (RoBERTa: padding_idx + 1)
     uses_token_type_ids: bool = True
-    causal: bool = False
+    causal: bool = False  # query i sees keys j <= i only
+    # How the ``value`` module's output holds the values [.., kv_heads * head_dim]:
+    #   "plain"           the output is the values (a separate value projection)
+    #   "fused"           [q | k | v] concatenated along the last axis: the last third (GPT-2)
+    #   "fused_per_head"  per head [q_h | k_h | v_h], heads outermost: the last third of each
+    #                     head's 3·head_dim slice (GPT-NeoX ``query_key_value``)
+    value_layout: ValueLayout = "plain"
+    out_proj_transposed: bool = False  # weight stored [in, out] (GPT-2 Conv1D)
+    position_ids: bool = False  # pass position ids = (cumsum(mask) - 1) so left padding is exact
+    forward_kwargs: tuple[tuple[str, Any], ...] = ()  # extra keyword arguments of the forward
+    # Parallel residual x' = x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX ``use_parallel_residual``):
+    # no norm follows x + attn, so the block's norm is the next block's input norm
+    # (``next_norm``, relative to a block) or, after the last block, ``final_norm`` (relative
+    # to the base model), applied to x + attn + mlp; the MLP output (``mlp``) is the token's
+    # own part. ``parallel_residual=False`` uses ``norm_after``.
+    parallel_residual: bool = False
+    mlp: str | None = None
+    next_norm: str | None = None
+    final_norm: str | None = None
+    # Configuration-dependent variants: (config attribute, value, overrides); the first whose
+    # attribute equals the value is applied by :func:`adapter_for_config`.
+    variants: tuple[tuple[str, Any, tuple[tuple[str, Any], ...]], ...] = ()
+
+    def for_config(self, config: Any) -> Adapter:
+        """This adapter with the overrides of the first variant ``config`` matches."""
+        for attr, value, overrides in self.variants:
+            if getattr(config, attr, None) == value:
+                return replace(self, variants=(), **dict(overrides))
+        return replace(self, variants=())
 
 
 BERT = Adapter(
@@ -50,6 +87,7 @@ BERT = Adapter(
     value="attention.self.value",
     out_proj="attention.output.dense",
     norm_after="attention.output.LayerNorm",
+    position_ids=True,
 )
 
 ROBERTA = Adapter(
@@ -71,6 +109,7 @@ ELECTRA = Adapter(
     value="attention.self.value",
     out_proj="attention.output.dense",
     norm_after="attention.output.LayerNorm",
+    position_ids=True,
 )
 
 DISTILBERT = Adapter(
@@ -83,9 +122,81 @@ DISTILBERT = Adapter(
     norm_after="sa_layer_norm",
     heads_attr="n_heads",
     uses_token_type_ids=False,
+    position_ids=True,
 )
 
-ADAPTERS: tuple[Adapter, ...] = (BERT, ROBERTA, ELECTRA, DISTILBERT)
+_DECODER = dict(
+    placement="pre",
+    causal=True,
+    uses_token_type_ids=False,
+    position_ids=True,
+    forward_kwargs=(("use_cache", False),),
+)
+
+GPT2 = Adapter(
+    family="gpt2",
+    model_types=("gpt2",),
+    layers="h",
+    attention="attn",
+    value="attn.c_attn",
+    value_layout="fused",
+    out_proj="attn.c_proj",
+    out_proj_transposed=True,
+    norm_after="ln_2",
+    **_DECODER,
+)
+
+GPT_NEOX = Adapter(
+    family="gpt-neox",
+    model_types=("gpt_neox",),
+    layers="layers",
+    attention="attention",
+    value="attention.query_key_value",
+    value_layout="fused_per_head",
+    out_proj="attention.dense",
+    norm_after="post_attention_layernorm",
+    mlp="mlp",
+    next_norm="input_layernorm",
+    final_norm="final_layer_norm",
+    variants=(("use_parallel_residual", True, (("parallel_residual", True),)),),
+    **_DECODER,
+)
+
+LLAMA = Adapter(
+    family="llama",
+    model_types=("llama", "mistral", "qwen2"),
+    layers="layers",
+    attention="self_attn",
+    value="self_attn.v_proj",
+    out_proj="self_attn.o_proj",
+    norm_after="post_attention_layernorm",
+    norm_kind="rms",
+    norm_eps_attr="variance_epsilon",
+    norm_in_float32=True,  # LlamaRMSNorm casts to float32 (also a float64 model)
+    kv_heads_attr="num_key_value_heads",
+    **_DECODER,
+)
+
+OPT = Adapter(
+    family="opt",
+    model_types=("opt",),
+    layers="decoder.layers",
+    attention="self_attn",
+    value="self_attn.v_proj",
+    out_proj="self_attn.out_proj",
+    norm_after="final_layer_norm",  # the MLP's input norm (do_layer_norm_before=True)
+    # OPT-350m normalizes after the residual sum (post-LN): the attention's own norm follows
+    variants=(
+        (
+            "do_layer_norm_before",
+            False,
+            (("placement", "post"), ("norm_after", "self_attn_layer_norm")),
+        ),
+    ),
+    **_DECODER,
+)
+
+ADAPTERS: tuple[Adapter, ...] = (BERT, ROBERTA, ELECTRA, DISTILBERT, GPT2, GPT_NEOX, LLAMA, OPT)
 
 
 def supported_model_types() -> list[str]:
@@ -101,3 +212,8 @@ def adapter_for(model_type: str) -> Adapter:
     raise UnsupportedArchitectureError(
         f"unsupported architecture {model_type!r}; supported: {', '.join(supported_model_types())}"
     )
+
+
+def adapter_for_config(config: Any) -> Adapter:
+    """The adapter for a model configuration, its configuration-dependent variant applied."""
+    return adapter_for(config.model_type).for_config(config)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from mixscope.errors import MixscopeError
-from mixscope.models.adapters import Adapter, adapter_for
+from mixscope.models.adapters import Adapter, adapter_for_config
 from mixscope.models.packaged import packaged_path
 
 DTYPES: dict[str, torch.dtype] = {
@@ -33,6 +33,22 @@ class LoadedModel:
     tokenizer: Any
     adapter: Adapter
     name: str  # path or hub id, for the record
+
+    @property
+    def pad_token_id(self) -> int:
+        """The id used for padding: the tokenizer's pad token, else its end-of-sequence token
+        (GPT-2 has no pad token), else 0. Padding never reaches the output."""
+        for attr in ("pad_token_id", "eos_token_id"):
+            value = getattr(self.tokenizer, attr, None)
+            if value is not None:
+                return int(value)
+        return 0
+
+    @property
+    def padding_side(self) -> str:
+        """The tokenizer's padding side ("right" when it does not say)."""
+        side = getattr(self.tokenizer, "padding_side", None)
+        return side if side in ("left", "right") else "right"
 
     @property
     def max_positions(self) -> int:
@@ -139,7 +155,7 @@ def load(
         config = getattr(hf_model, "config", None)
         if config is None or not hasattr(config, "model_type"):
             raise MixscopeError(f"{type(hf_model).__name__} is not a transformers model")
-        adapter = adapter_for(config.model_type)
+        adapter = adapter_for_config(config)
         name = getattr(config, "name_or_path", "") or type(hf_model).__name__
         base = _base_model(hf_model, adapter)
         if torch_dtype is not None:
@@ -155,7 +171,7 @@ def load(
 
     from transformers import AutoModel, AutoTokenizer
 
-    adapter = adapter_for(config.model_type)
+    adapter = adapter_for_config(config)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
         hf_model = AutoModel.from_pretrained(
