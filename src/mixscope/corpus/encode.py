@@ -115,6 +115,8 @@ def encode_documents(
         key = document_key(doc) if mask_rate else 0
         for segment, enc in enumerate(parts):
             input_ids = np.asarray(enc["input_ids"], dtype=np.int64)
+            if input_ids.size == 0:
+                raise MixscopeError(f"text {doc_id} gives no tokens with this tokenizer")
             special = np.asarray(enc["special_tokens_mask"], dtype=bool)
             types = enc.get("token_type_ids") or [0] * len(input_ids)
             masked = np.zeros(len(input_ids), dtype=bool)
@@ -143,17 +145,31 @@ def length_sorted_batches(seqs: Sequence[EncodedSequence], batch_size: int) -> l
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+def pad_offsets(lengths: Sequence[int], padding_side: str = "right") -> list[int]:
+    """Where each sequence starts in its padded row (0 for right padding)."""
+    if padding_side not in ("left", "right"):
+        raise MixscopeError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    width = max(lengths)
+    return [width - n if padding_side == "left" else 0 for n in lengths]
+
+
 def pad_batch(
-    seqs: Sequence[EncodedSequence], pad_id: int
+    seqs: Sequence[EncodedSequence], pad_id: int, *, padding_side: str = "right"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Right-padded input_ids, attention_mask, token_type_ids: each [batch, seq]."""
-    width = max(len(s) for s in seqs)
+    """Padded input_ids, attention_mask, token_type_ids: each [batch, seq].
+
+    ``padding_side="left"`` puts the padding before the tokens (sequence ``b`` then starts
+    at ``pad_offsets(...)[b]``), as decoders are often run.
+    """
+    lengths = [len(s) for s in seqs]
+    offsets = pad_offsets(lengths, padding_side)
+    width = max(lengths)
     ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(seqs), width), dtype=np.int64)
     types = np.zeros((len(seqs), width), dtype=np.int64)
-    for b, s in enumerate(seqs):
-        n = len(s)
-        ids[b, :n] = s.input_ids
-        mask[b, :n] = 1
-        types[b, :n] = s.token_type_ids
+    for b, (s, start) in enumerate(zip(seqs, offsets, strict=True)):
+        span = slice(start, start + len(s))
+        ids[b, span] = s.input_ids
+        mask[b, span] = 1
+        types[b, span] = s.token_type_ids
     return ids, mask, types
