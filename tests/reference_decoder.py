@@ -1,0 +1,467 @@
+"""A brute-force float64 reference of the context-mixing measures for pre-LN decoders.
+
+Independent of ``mixscope`` (no import of it) and of its adapters: its own per-family weight
+table, its own forward pass from the embeddings (layer norms, RMSNorms, queries, keys,
+rotary embeddings, causal / sliding-window masks, grouped-query heads, MLPs), one unpadded
+sequence at a time, every per-source vector ``a_ij``, ``r_ij`` and ``F_i(x_j)`` materialized
+as an ``[n, n, d]`` array and the ratios taken from those arrays by the textbook formula.
+
+Definitions (README, "Pre-LN decoders"):
+
+- the attention reads ``LN1(x_j)``: ``f^h(x_j) = (LN1(x_j) W_V^g + b_V^g) W_O^h`` with ``g`` the
+  key/value head of query head ``h`` (grouped-query attention);
+- ``a_ij = Σ_h α^h_ij f^h(x_j)`` (α = 0 for j > i), ``r_ij = a_ij + δ_ij x_i``;
+- the norm N after the block: LN2 (post-attention RMSNorm) applied to ``z = x + attn``; with a
+  parallel residual (GPT-NeoX ``use_parallel_residual``) the next block's input norm (the final
+  norm after the last block) applied to ``z = x + attn + m``, ``m = MLP(LN2(x))``, where
+  ``m_i`` is part of the token's own term;
+- ``F_i(x_j) = γ_N ⊙ c(a_ij + δ_ij (x_i + m_i)) / s(z_i)``, c = centring (none for RMSNorm).
+
+The reference validates itself against the real model (tests/test_decoders.py): its layer
+inputs, α, z and norm outputs must match what the model computes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+MEASURES = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
+
+_LLAMA = {
+    "layers": "layers",
+    "embed": "embed_tokens",
+    "ln1": "input_layernorm",
+    "ln2": "post_attention_layernorm",
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "mlp": "gated",  # down(act(gate(h)) * up(h))
+    "mlp_paths": ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
+    "act": "hidden_act",
+    "norm": "rms",
+    "eps": "variance_epsilon",
+    "rotary": True,
+    "final": "norm",
+}
+
+#: where each family keeps its weights (paths relative to a block unless said otherwise)
+LAYOUTS = {
+    "gpt2": {
+        "layers": "h",
+        "embed": "wte",
+        "positions": "wpe",  # learned absolute positions, index = position
+        "ln1": "ln_1",
+        "ln2": "ln_2",
+        "qkv": "attn.c_attn",  # Conv1D, [q | k | v] along the output axis
+        "o": "attn.c_proj",  # Conv1D, weight [in, out]
+        "conv1d": True,
+        "mlp": "plain",  # c_proj(act(c_fc(h)))
+        "mlp_paths": ("mlp.c_fc", "mlp.c_proj"),
+        "act": "activation_function",
+        "norm": "layer",
+        "eps": "eps",
+        "rotary": False,
+        "final": "ln_f",
+    },
+    "gpt_neox": {
+        "layers": "layers",
+        "embed": "embed_in",
+        "ln1": "input_layernorm",
+        "ln2": "post_attention_layernorm",
+        "qkv_per_head": "attention.query_key_value",  # per head [q_h | k_h | v_h]
+        "o": "attention.dense",
+        "mlp": "plain",
+        "mlp_paths": ("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
+        "act": "hidden_act",
+        "norm": "layer",
+        "eps": "eps",
+        "rotary": True,
+        "parallel": "use_parallel_residual",
+        "final": "final_layer_norm",
+    },
+    "llama": _LLAMA,
+    "mistral": {**_LLAMA, "window": "sliding_window"},
+    "qwen2": _LLAMA,
+    "opt": {
+        "layers": "decoder.layers",
+        "embed": "decoder.embed_tokens",
+        "positions": "decoder.embed_positions",  # index = position + 2
+        "position_offset": 2,
+        "project_in": "decoder.project_in",
+        "ln1": "self_attn_layer_norm",
+        "ln2": "final_layer_norm",
+        "q": "self_attn.q_proj",
+        "k": "self_attn.k_proj",
+        "v": "self_attn.v_proj",
+        "o": "self_attn.out_proj",
+        "mlp": "plain",
+        "mlp_paths": ("fc1", "fc2"),
+        "act": "activation_function",
+        "norm": "layer",
+        "eps": "eps",
+        "rotary": False,
+        "pre_ln": "do_layer_norm_before",  # False: post-LN (OPT-350m)
+        "final": "decoder.final_layer_norm",
+    },
+}
+
+
+def _np(t) -> np.ndarray:
+    return t.detach().to(torch.float64).cpu().numpy()
+
+
+def _act(name: str, x: np.ndarray) -> np.ndarray:
+    t = torch.from_numpy(x)
+    if name == "gelu_new":
+        return torch.nn.functional.gelu(t, approximate="tanh").numpy()
+    if name == "gelu":
+        return torch.nn.functional.gelu(t).numpy()
+    if name == "silu":
+        return torch.nn.functional.silu(t).numpy()
+    if name == "relu":
+        return np.maximum(x, 0.0)
+    raise ValueError(f"activation {name!r} not in the reference")
+
+
+@dataclass
+class Norm:
+    gamma: np.ndarray
+    beta: np.ndarray
+    eps: float
+    kind: str  # "layer" | "rms"
+
+    def centre(self, v: np.ndarray) -> np.ndarray:
+        return v if self.kind == "rms" else v - v.mean(axis=-1, keepdims=True)
+
+    def scale(self, z: np.ndarray) -> np.ndarray:
+        """s(z) [.., 1]: sqrt(var + ε) (biased) or sqrt(mean(z²) + ε)."""
+        if self.kind == "rms":
+            return np.sqrt((z**2).mean(axis=-1, keepdims=True) + self.eps)
+        return np.sqrt(z.var(axis=-1, keepdims=True) + self.eps)
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        return self.gamma * self.centre(z) / self.scale(z) + self.beta
+
+
+@dataclass
+class Layer:
+    """One block's weights in float64, row-vector convention (y = x W + b), per head."""
+
+    ln1: Norm
+    ln2: Norm
+    wq: np.ndarray  # [H, d, dh]
+    bq: np.ndarray  # [H, dh]
+    wk: np.ndarray  # [KV, d, dh]
+    bk: np.ndarray  # [KV, dh]
+    wv: np.ndarray  # [KV, d, dh]
+    bv: np.ndarray  # [KV, dh]
+    wo: np.ndarray  # [H, dh, d]   W_O^h
+    bo: np.ndarray  # [d]
+    mlp: list  # [(W [in, out], b [out])...]
+    mlp_kind: str
+    act: str
+
+
+class Reference:
+    """The decoder of one tiny model, rebuilt in float64 from its weights."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        cfg = model.config
+        self.cfg = cfg
+        self.lay = LAYOUTS[cfg.model_type]
+        lay = self.lay
+        self.H = cfg.num_attention_heads
+        self.KV = getattr(cfg, "num_key_value_heads", None) or self.H
+        self.d = cfg.hidden_size
+        self.dh = getattr(cfg, "head_dim", None) or self.d // self.H
+        self.parallel = bool(getattr(cfg, lay.get("parallel", ""), False))
+        self.pre_ln = bool(getattr(cfg, lay.get("pre_ln", ""), True))
+        self.window = getattr(cfg, lay["window"], None) if "window" in lay else None
+        self.blocks = list(model.get_submodule(lay["layers"]))
+        self.layers = [self._layer(b) for b in self.blocks]
+        final = self._module(model, lay["final"])
+        self.final = self._norm(final) if final is not None else None
+
+    # ---------------------------------------------------------------- weights
+
+    @staticmethod
+    def _module(root, path):
+        try:
+            return root.get_submodule(path)
+        except AttributeError:
+            return None
+
+    def _norm(self, mod) -> Norm:
+        d = self.d
+        w = getattr(mod, "weight", None)
+        b = getattr(mod, "bias", None)
+        eps = getattr(mod, self.lay["eps"])
+        return Norm(
+            gamma=_np(w) if w is not None else np.ones(d),
+            beta=_np(b) if b is not None else np.zeros(d),
+            eps=float(eps),
+            kind=self.lay["norm"],
+        )
+
+    def _linear(self, mod) -> tuple[np.ndarray, np.ndarray]:
+        """(W [in, out], b [out]) of a Linear or a Conv1D."""
+        w = _np(mod.weight)
+        w = w if self.lay.get("conv1d") else w.T
+        b = _np(mod.bias) if getattr(mod, "bias", None) is not None else np.zeros(w.shape[1])
+        return w, b
+
+    def _layer(self, block) -> Layer:
+        lay, H, KV, d, dh = self.lay, self.H, self.KV, self.d, self.dh
+        if "qkv" in lay:  # GPT-2: [q | k | v], each d wide, heads contiguous inside
+            w, b = self._linear(block.get_submodule(lay["qkv"]))
+            parts = [(w[:, c * d : (c + 1) * d], b[c * d : (c + 1) * d]) for c in range(3)]
+        elif "qkv_per_head" in lay:  # GPT-NeoX: output index h·3dh + c·dh + e
+            w, b = self._linear(block.get_submodule(lay["qkv_per_head"]))
+            w3 = w.reshape(d, H, 3, dh)
+            b3 = b.reshape(H, 3, dh)
+            parts = [
+                (w3[:, :, c, :].reshape(d, H * dh), b3[:, c, :].reshape(H * dh)) for c in range(3)
+            ]
+        else:
+            parts = [self._linear(block.get_submodule(lay[k])) for k in ("q", "k", "v")]
+        (wq, bq), (wk, bk), (wv, bv) = parts
+
+        def heads(w, b, n):
+            return w.reshape(d, n, dh).transpose(1, 0, 2), b.reshape(n, dh)
+
+        wq, bq = heads(wq, bq, H)
+        wk, bk = heads(wk, bk, KV)
+        wv, bv = heads(wv, bv, KV)
+        wo, bo = self._linear(block.get_submodule(lay["o"]))  # [H·dh, d]
+        mlp = [self._linear(block.get_submodule(p)) for p in lay["mlp_paths"]]
+        return Layer(
+            ln1=self._norm(block.get_submodule(lay["ln1"])),
+            ln2=self._norm(block.get_submodule(lay["ln2"])),
+            wq=wq,
+            bq=bq,
+            wk=wk,
+            bk=bk,
+            wv=wv,
+            bv=bv,
+            wo=wo.reshape(H, dh, d),
+            bo=bo,
+            mlp=mlp,
+            mlp_kind=lay["mlp"],
+            act=getattr(self.cfg, lay["act"]),
+        )
+
+    # ---------------------------------------------------------------- forward pieces
+
+    def embed(self, ids: list[int]) -> np.ndarray:
+        lay = self.lay
+        x = _np(self.model.get_submodule(lay["embed"]).weight)[np.asarray(ids)]
+        project_in = self._module(self.model, lay["project_in"]) if "project_in" in lay else None
+        if project_in is not None:
+            x = x @ _np(project_in.weight).T
+        if "positions" in lay:
+            table = _np(self.model.get_submodule(lay["positions"]).weight)
+            x = x + table[np.arange(len(ids)) + lay.get("position_offset", 0)]
+        return x
+
+    def _rotary(self, t: np.ndarray) -> np.ndarray:
+        """Rotary embedding (rotate-half convention) of t [heads, n, dh] at positions 0..n-1."""
+        rope = getattr(self.cfg, "rope_parameters", None) or {}
+        theta = float(rope.get("rope_theta", getattr(self.cfg, "rope_theta", 10000.0)))
+        partial = float(rope.get("partial_rotary_factor", 1.0))
+        rot = int(self.dh * partial)
+        n = t.shape[1]
+        inv_freq = 1.0 / theta ** (np.arange(0, rot, 2, dtype=np.float64) / rot)
+        freqs = np.arange(n, dtype=np.float64)[:, None] * inv_freq[None, :]  # [n, rot/2]
+        emb = np.concatenate([freqs, freqs], axis=-1)  # [n, rot]
+        cos, sin = np.cos(emb), np.sin(emb)
+        t_rot, t_pass = t[..., :rot], t[..., rot:]
+        half = rot // 2
+        rotated = np.concatenate([-t_rot[..., half:], t_rot[..., :half]], axis=-1)
+        return np.concatenate([t_rot * cos + rotated * sin, t_pass], axis=-1)
+
+    def attention_weights(self, L: Layer, h_in: np.ndarray) -> np.ndarray:
+        """α [H, n, n]: causal (j <= i), sliding window when the family has one."""
+        n = h_in.shape[0]
+        group = self.H // self.KV
+        q = np.einsum("nd,hde->hne", h_in, L.wq) + L.bq[:, None, :]  # [H, n, dh]
+        k = np.einsum("nd,gde->gne", h_in, L.wk) + L.bk[:, None, :]  # [KV, n, dh]
+        if self.lay["rotary"]:
+            q, k = self._rotary(q), self._rotary(k)
+        k = np.repeat(k, group, axis=0)  # query head h reads key/value head h // group
+        scores = np.einsum("hie,hje->hij", q, k) / np.sqrt(self.dh)
+        i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        allowed = j <= i
+        if self.window is not None:
+            allowed &= j > i - self.window
+        scores = np.where(allowed[None], scores, -np.inf)
+        scores = scores - scores.max(axis=-1, keepdims=True)
+        e = np.exp(scores)  # exactly 0 where masked
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def mlp(self, L: Layer, h: np.ndarray) -> np.ndarray:
+        if L.mlp_kind == "gated":
+            (wg, bg), (wu, bu), (wd, bd) = L.mlp
+            return (_act(L.act, h @ wg + bg) * (h @ wu + bu)) @ wd + bd
+        (w1, b1), (w2, b2) = L.mlp
+        return _act(L.act, h @ w1 + b1) @ w2 + b2
+
+
+@dataclass
+class BlockReference:
+    x: np.ndarray  # [n, d]     layer input (own forward)
+    alpha: np.ndarray  # [H, n, n]
+    a: np.ndarray  # [n, n, d]  a_ij
+    r: np.ndarray  # [n, n, d]  r_ij = a_ij + δ_ij x_i
+    F: np.ndarray  # [n, n, d]  F_i(x_j)
+    m: np.ndarray  # [n, d]     the token's own extra term (parallel MLP output; else 0)
+    z: np.ndarray  # [n, d]     input of the norm after the block
+    y: np.ndarray  # [n, d]     that norm applied to z (own float64 norm)
+    rebuilt: np.ndarray  # [n, d]  Σ_j F_i(x_j) + γ ⊙ c(b_O) / s + β
+    measures: dict = field(default_factory=dict)  # name → [n]
+    pairs: dict = field(default_factory=dict)  # name → [n, n]
+
+
+def _ratio(P: np.ndarray) -> np.ndarray:
+    """‖Σ_{j≠i} P_ij‖ / (‖Σ_{j≠i} P_ij‖ + ‖P_ii‖) for P [n, n, d] → [n]."""
+    n = P.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        context = sum((P[i, j] for j in range(n) if j != i), np.zeros(P.shape[2]))
+        c = np.linalg.norm(context)
+        o = np.linalg.norm(P[i, i])
+        out[i] = c / (c + o)
+    return out
+
+
+@dataclass
+class SequenceReference:
+    layers: list[BlockReference]
+    final_hidden: np.ndarray  # [n, d] output of the last block (before any final norm)
+
+    def measures(self) -> np.ndarray:
+        """[layer, measure (MEASURES order), n]."""
+        return np.stack([np.stack([b.measures[k] for k in MEASURES]) for b in self.layers])
+
+    def pairs(self, name: str) -> np.ndarray:
+        """[layer, n, n]."""
+        return np.stack([b.pairs[name] for b in self.layers])
+
+
+def reference(
+    model, input_ids, *, layer_inputs=None, mlp_in_self: bool = True
+) -> SequenceReference:
+    """Every layer of one unpadded sequence, from the weights alone.
+
+    ``layer_inputs``: start each block from these [n, d] inputs (the model's real ones, from
+    :func:`capture`) instead of the reference's own previous block. transformers computes
+    softmax, rotary tables and LlamaRMSNorm in float32 even in a float64 model, so its layer
+    inputs drift from an exact float64 forward by ~1e-6; feeding them in keeps the
+    comparison about the decomposition. Everything inside a block is still the reference's.
+
+    ``mlp_in_self=False`` is a deliberately WRONG variant for a parallel residual (the MLP
+    output left out of the token's own part): a negative control of the exactness identity.
+    """
+    ref = model if isinstance(model, Reference) else Reference(model)
+    x = ref.embed(list(input_ids))
+    n, d = x.shape
+    eye = np.eye(n)[:, :, None]  # δ_ij
+    out: list[BlockReference] = []
+    for li, L in enumerate(ref.layers):
+        if layer_inputs is not None:
+            x = np.asarray(layer_inputs[li], dtype=np.float64)
+        h = L.ln1(x) if ref.pre_ln else x
+        alpha = ref.attention_weights(L, h)  # [H, n, n]
+        group = ref.H // ref.KV
+        v = np.einsum("nd,gde->gne", h, L.wv) + L.bv[:, None, :]  # [KV, n, dh], b_V inside f
+        v = np.repeat(v, group, axis=0)  # [H, n, dh]
+        f = np.einsum("hje,hed->hjd", v, L.wo)  # f^h(x_j) [H, n, d]
+        a = np.einsum("hij,hjd->ijd", alpha, f)  # [n, n, d]
+        r = a + eye * x[None, :, :]
+        attn = a.sum(axis=1) + L.bo  # attention output [n, d]
+        m = np.zeros((n, d))
+        if ref.parallel:
+            m = ref.mlp(L, L.ln2(x))
+            z = x + attn + m
+            norm = ref.layers[li + 1].ln1 if li + 1 < len(ref.layers) else ref.final
+            x_next = z
+        else:
+            z = x + attn
+            norm = L.ln2 if ref.pre_ln else L.ln1
+        own = m if mlp_in_self else np.zeros((n, d))
+        s = norm.scale(z)  # [n, 1]
+        F = norm.gamma * norm.centre(r + eye * own[None, :, :]) / s[:, :, None]
+        rebuilt = F.sum(axis=1) + norm.gamma * norm.centre(L.bo) / s + norm.beta
+        y = norm(z)
+        if not ref.parallel:
+            if ref.pre_ln:
+                x_next = z + ref.mlp(L, y)
+            else:  # post-LN (OPT-350m): LN1 after attention, LN2 after the MLP
+                x_next = L.ln2(y + ref.mlp(L, y))
+        attn_w = 1.0 - np.array([alpha[:, i, i].mean() for i in range(n)])
+        measures = {
+            "attn_w": attn_w,
+            "attn_n": _ratio(a),
+            "attnres_w": attn_w / 2,
+            "attnres_n": _ratio(r),
+            "attnresln_n": _ratio(F),
+        }
+        pairs = {
+            "attn_n": np.linalg.norm(a, axis=2),
+            "attnres_n": np.linalg.norm(r, axis=2),
+            "attnresln_n": np.linalg.norm(F, axis=2),
+        }
+        out.append(BlockReference(x, alpha, a, r, F, m, z, y, rebuilt, measures, pairs))
+        x = x_next
+    return SequenceReference(out, x)
+
+
+@dataclass
+class Captured:
+    """What the real model computes for one sequence (hooks + output_attentions)."""
+
+    x: list[np.ndarray]  # block inputs
+    alpha: list[np.ndarray]  # [H, n, n]
+    z: list[np.ndarray]  # real input of the norm after each block
+    y: list[np.ndarray]  # its real output
+
+
+@torch.no_grad()
+def capture(model, input_ids) -> Captured:
+    """Run the real model once (eager attention) and record the tensors the reference rebuilds."""
+    ref = Reference(model)
+    lay = ref.lay
+    if ref.parallel:
+        norms = [b.get_submodule(lay["ln1"]) for b in ref.blocks[1:]]
+        norms.append(model.get_submodule(lay["final"]))
+    else:
+        norms = [b.get_submodule(lay["ln2"] if ref.pre_ln else lay["ln1"]) for b in ref.blocks]
+    L = len(ref.blocks)
+    xs: list = [None] * L
+    zs: list = [None] * L
+    ys: list = [None] * L
+    handles = []
+    for idx, (block, norm) in enumerate(zip(ref.blocks, norms, strict=True)):
+
+        def pre(_m, args, kwargs, idx=idx):
+            xs[idx] = _np((args[0] if args else kwargs["hidden_states"])[0])
+
+        def post(_m, inp, out, idx=idx):
+            n = xs[idx].shape[0]
+            zs[idx] = _np(inp[0].reshape(n, -1))
+            ys[idx] = _np(out.reshape(n, -1))
+
+        handles.append(block.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(norm.register_forward_hook(post))
+    try:
+        out = model(
+            input_ids=torch.tensor([list(input_ids)]), output_attentions=True, use_cache=False
+        )
+    finally:
+        for h in handles:
+            h.remove()
+    return Captured(xs, [_np(a[0]) for a in out.attentions], zs, ys)
