@@ -32,9 +32,6 @@ def ensure_ray(address: str | None) -> Any:
     if ray.is_initialized():
         return ray
     address = address or os.environ.get("RAY_ADDRESS") or None
-    env_vars = {
-        k: os.environ[k] for k in (faults.ENV, "HF_HUB_OFFLINE", "HF_HOME") if k in os.environ
-    }
     try:
         ray.init(
             address=address,
@@ -42,7 +39,6 @@ def ensure_ray(address: str | None) -> Any:
             ignore_reinit_error=True,
             log_to_driver=True,
             logging_level="WARNING",
-            runtime_env={"env_vars": env_vars} if env_vars else None,
         )
     except ConnectionError as exc:
         raise MixscopeError(f"cannot reach the Ray cluster at {address}: {exc}") from None

@@ -28,8 +28,23 @@ def submission_id(spec: JobSpec) -> str:
     return f"mixscope-{digest}"
 
 
+def _use_token_if_present() -> None:
+    """Ray clusters with token auth (the default since Ray 2.5x) need the token on HTTP calls.
+
+    The Jobs SDK sends it only when this process runs in token mode; a local token file or
+    ``RAY_AUTH_TOKEN`` means the user has one, so use it unless a mode is set explicitly.
+    """
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")).expanduser()
+    if os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file():
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
 def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable[..., None]) -> int:
     import yaml
+
+    _use_token_if_present()  # before Ray reads its settings
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     address = address or os.environ.get("RAY_ADDRESS")

@@ -1,0 +1,116 @@
+"""``mixscope submit`` against a real Ray head with its dashboard (the Ray Jobs API)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """``ray start --head`` with the dashboard, in the foreground, stopped at the end."""
+    port, dash = _free_port(), _free_port()
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1"}
+    env.pop("RAY_ADDRESS", None)
+    log = open(tmp_path_factory.mktemp("head") / "head.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            str(bin_dir / "ray"),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            f"--dashboard-port={dash}",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            "--num-cpus=2",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    address = f"http://127.0.0.1:{dash}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", dash), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.5)
+    time.sleep(2)  # the job manager starts after the HTTP port opens
+    yield address, env
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.close()
+
+
+@pytest.mark.slow
+def test_submit_runs_once(ray_head, tiny_bert_dir, tmp_path):
+    address, env = ray_head
+    out = tmp_path / "out"
+    args = [
+        sys.executable,
+        "-m",
+        "mixscope.cli",
+        "submit",
+        "--model",
+        tiny_bert_dir,
+        "--corpus",
+        str(DEMO),
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--max-length",
+        "32",
+        "--set",
+        "runtime.docs_per_shard=10",
+        "--address",
+        address,
+    ]
+    first = subprocess.run([*args, "--wait"], env=env, capture_output=True, text=True, timeout=400)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "SUCCEEDED" in first.stderr
+    runs = list((out / "_mixscope" / "runs").iterdir())
+    assert len(runs) == 1
+    record = json.loads((runs[0] / "run.json").read_text())
+    assert record["status"] == "complete" and record["shards_done"] == 3
+    assert len(record["invocations"]) == 1
+
+    second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=200)
+    assert second.returncode == 0
+    assert "already submitted" in second.stderr and "not submitting it again" in second.stderr
+    record = json.loads((runs[0] / "run.json").read_text())
+    assert len(record["invocations"]) == 1  # it did not run again
+
+
+def test_submit_needs_an_address(monkeypatch):
+    from click.testing import CliRunner
+
+    from mixscope.cli import main
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    result = CliRunner().invoke(main, ["submit", "--corpus", str(DEMO), "--out", "o"])
+    assert result.exit_code == 1 and "submit needs --address" in result.output
