@@ -388,7 +388,6 @@ def reference(
             m = ref.mlp(L, L.ln2(x))
             z = x + attn + m
             norm = ref.layers[li + 1].ln1 if li + 1 < len(ref.layers) else ref.final
-            x_next = z
         else:
             z = x + attn
             norm = L.ln2 if ref.pre_ln else L.ln1
@@ -397,11 +396,12 @@ def reference(
         F = norm.gamma * norm.centre(r + eye * own[None, :, :]) / s[:, :, None]
         rebuilt = F.sum(axis=1) + norm.gamma * norm.centre(L.bo) / s + norm.beta
         y = norm(z)
-        if not ref.parallel:
-            if ref.pre_ln:
-                x_next = z + ref.mlp(L, y)
-            else:  # post-LN (OPT-350m): LN1 after attention, LN2 after the MLP
-                x_next = L.ln2(y + ref.mlp(L, y))
+        if ref.parallel:
+            x_next = z
+        elif ref.pre_ln:
+            x_next = z + ref.mlp(L, y)
+        else:  # post-LN (OPT-350m): LN1 after attention, LN2 after the MLP
+            x_next = L.ln2(y + ref.mlp(L, y))
         attn_w = 1.0 - np.array([alpha[:, i, i].mean() for i in range(n)])
         measures = {
             "attn_w": attn_w,

@@ -299,9 +299,7 @@ def test_load_decoder_from_directory(tiny, tmp_path):
 def test_encoders_accept_left_padding(tiny, family):
     model, tok = tiny(family, torch.float64)
     right = mixscope.analyze((model, tok), TEXTS, batch_size=4, dtype="float64")
-    left = mixscope.analyze(
-        (model, tok), TEXTS, batch_size=4, dtype="float64", padding_side="left"
-    )
+    left = mixscope.analyze((model, tok), TEXTS, batch_size=4, dtype="float64", padding_side="left")
     for name in RD.MEASURES:
         assert np.abs(right[name].to_numpy() - left[name].to_numpy()).max() <= 1e-6
 
