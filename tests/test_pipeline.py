@@ -133,8 +133,10 @@ def test_shard_that_always_fails(ray_local, tiny_bert_dir, tmp_path, monkeypatch
     )
     assert failure["attempts"] == 2
     # the CLI exits non-zero and says which shard failed; status shows it
-    result = CliRunner().invoke(main, ["status", str(tmp_path)])
+    result = CliRunner().invoke(main, ["status", str(tmp_path), "--shards"])
     assert "failed" in result.output and "shard 1" in result.output
+    shard_lines = [ln.split() for ln in result.output.splitlines() if ln[:5].strip().isdigit()]
+    assert [ln[1] for ln in shard_lines] == ["done", "failed"] + ["done"] * 6
     # once the cause is gone, a rerun completes only the failed shard
     monkeypatch.delenv("MIXSCOPE_FAULTS")
     again = run_job(_spec(tiny_bert_dir, tmp_path), show_progress=False)
@@ -285,3 +287,25 @@ def test_duckdb_reads_the_results_without_mixscope(clean_run):
     sql = f"SELECT count(*) FROM read_parquet('{out}/tokens/*/*.parquet', hive_partitioning=true)"
     n = duckdb.sql(sql).fetchall()[0][0]
     assert n == rows
+
+
+def test_output_root_as_uri(ray_local, tiny_bert_dir, tmp_path, clean_run):
+    """file:// through pyarrow's filesystems (as s3:// or gs:// would be), with Ray actors."""
+    uri = (tmp_path / "viauri").as_uri()
+    summary = run_job(_spec(tiny_bert_dir, uri), show_progress=False)
+    assert summary.status == "complete"
+    assert content_hash(uri) == clean_run[2]
+
+
+def test_output_root_on_an_fsspec_filesystem(tiny_bert_dir, clean_run):
+    """memory:// has no pyarrow filesystem: it goes through fsspec (in-process executor)."""
+    root = "memory://mixscope-test/results"
+    summary = run_job(
+        _spec(tiny_bert_dir, root, **{"runtime.executor": "local"}), show_progress=False
+    )
+    assert summary.status == "complete"
+    layout = Layout.open(root)
+    files = manifest.committed_files(layout, "tokens")
+    assert len(files) == summary.shards_total
+    rows = sum(layout.read_table(f).num_rows for f in files)
+    assert rows == clean_run[2][0]

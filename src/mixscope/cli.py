@@ -399,12 +399,14 @@ def validate(job, model, corpus, out, workers, batch_size, max_length, revision,
 
 @main.command()
 @click.argument("root")
-def status(root: str) -> None:
+@click.option("--shards", "show_shards", is_flag=True, help="One line per shard of each run.")
+@click.option("--run", "run_ids", multiple=True, help="Only these runs.")
+def status(root: str, show_shards: bool, run_ids: tuple[str, ...]) -> None:
     """Runs under ROOT: shards done / failed / pending, rows, throughput."""
     from mixscope.format import aligned_table
-    from mixscope.runtime.status import run_status
+    from mixscope.runtime.status import run_status, shard_status
 
-    runs = run_status(root)
+    runs = [r for r in run_status(root) if not run_ids or r["run_id"] in run_ids]
     if not runs:
         raise MixscopeError(f"no runs under {root}")
     headers = [
@@ -423,6 +425,11 @@ def status(root: str) -> None:
     for r in runs:
         for shard_id, error in r["errors"].items():
             click.echo(f"{r['run_id']} shard {shard_id}: {error}")
+        if show_shards:
+            shards = shard_status(root, r["run_id"])
+            click.echo(f"\nrun {r['run_id']}")
+            cols = list(shards[0]) if shards else []
+            click.echo(aligned_table(cols, [[s[c] for c in cols] for s in shards], digits=2))
 
 
 @main.command()

@@ -31,11 +31,12 @@ def ensure_ray(address: str | None) -> Any:
 
     if ray.is_initialized():
         return ray
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    # no address: an embedded instance of our own, even if a cluster runs on this machine
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
     try:
         ray.init(
             address=address,
-            include_dashboard=False if address is None else None,
+            include_dashboard=False if address == "local" else None,
             ignore_reinit_error=True,
             log_to_driver=True,
             logging_level="WARNING",

@@ -36,3 +36,34 @@ def run_status(root: str) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def shard_status(root: str, run_id: str) -> list[dict[str, Any]]:
+    """One row per planned shard of a run: done / failed / pending, with its numbers."""
+    layout = Layout.open(root)
+    plan = layout.read_json(f"{layout.run_dir(run_id)}/plan.json")
+    if plan is None:
+        from mixscope.errors import MixscopeError
+
+        raise MixscopeError(f"no run {run_id} under {root}")
+    done = manifest.commits(layout, run_id)
+    failed = manifest.failures(layout, run_id)
+    rows = []
+    for s in plan["shards"]:
+        sid = s["shard_id"]
+        c, f = done.get(sid), failed.get(sid)
+        rows.append(
+            {
+                "shard": sid,
+                "state": "done" if c else ("failed" if f else "pending"),
+                "docs": s["n_docs"],
+                "first_doc": s["first_doc"],
+                "rows": c["rows"] if c else "",
+                "tokens": c["tokens"] if c else "",
+                "seconds": c["seconds"] if c else "",
+                "attempts": c["attempt"] if c else (f["attempts"] if f else ""),
+                "worker": f"{c['host']}:{c['pid']}" if c else "",
+                "error": (f.get("error") or "").splitlines()[0] if f and not c else "",
+            }
+        )
+    return rows

@@ -33,7 +33,20 @@ def open_root(root: str) -> tuple[pafs.FileSystem, str]:
     if "://" not in root:
         root = os.path.abspath(os.path.expanduser(root))
         return pafs.LocalFileSystem(), root.rstrip("/") or "/"
-    fs, path = pafs.FileSystem.from_uri(root)
+    try:
+        fs, path = pafs.FileSystem.from_uri(root)
+    except (pa.ArrowInvalid, ValueError):
+        # protocols pyarrow has no native filesystem for (memory://, hf://, …) via fsspec
+        import fsspec
+
+        protocol, _, rest = root.partition("://")
+        try:
+            spec_fs = fsspec.filesystem(protocol)
+        except (ImportError, ValueError) as exc:
+            from mixscope.errors import MixscopeError
+
+            raise MixscopeError(f"no filesystem for output root {root}: {exc}") from None
+        return pafs.PyFileSystem(pafs.FSSpecHandler(spec_fs)), "/" + rest.strip("/")
     return fs, path.rstrip("/")
 
 
