@@ -40,7 +40,13 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
     yield ray
     ray.shutdown()
 
