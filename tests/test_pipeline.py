@@ -309,3 +309,16 @@ def test_output_root_on_an_fsspec_filesystem(tiny_bert_dir, clean_run):
     assert len(files) == summary.shards_total
     rows = sum(layout.read_table(f).num_rows for f in files)
     assert rows == clean_run[2][0]
+
+
+def test_validate_checks_without_running_the_corpus(tiny_bert_dir, tmp_path):
+    result = CliRunner().invoke(
+        main,
+        ["validate", "--model", tiny_bert_dir, "--corpus", str(DEMO), "--out", str(tmp_path / "o")],
+    )
+    assert result.exit_code == 0, result.output
+    assert "30 documents, 1 shards" in result.stdout
+    assert "exactness identity holds" in result.stdout
+    assert not (tmp_path / "o").exists()  # nothing analysed or written
+    bad = CliRunner().invoke(main, ["validate", "--model", str(tmp_path), "--corpus", str(DEMO)])
+    assert bad.exit_code == 1 and "not a model directory" in bad.output

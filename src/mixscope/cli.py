@@ -358,7 +358,7 @@ def validate(job, model, corpus, out, workers, batch_size, max_length, revision,
     from mixscope.runtime.driver import prepare
     from mixscope.runtime.worker import ShardWorker
 
-    prep = prepare(spec)
+    prep = prepare(spec, write=False)
     first = prep.plan.shards[0]
     worker = ShardWorker(spec, prep.run_id)
     from mixscope.corpus.plan import read_shard

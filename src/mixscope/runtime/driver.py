@@ -65,8 +65,11 @@ class PreparedRun:
     record: dict[str, Any]
 
 
-def prepare(spec: JobSpec) -> PreparedRun:
-    """Everything that can fail on bad input, before any work is scheduled."""
+def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
+    """Everything that can fail on bad input, before any work is scheduled.
+
+    With ``write=False`` (``mixscope validate``) nothing is written under the output root.
+    """
     plan = plan_corpus(spec.corpus, spec.runtime.docs_per_shard)
     if plan.n_docs == 0:
         bad = ", ".join(f"{k}: {v}" for k, v in plan.bad.items()) or "no records at all"
@@ -79,7 +82,7 @@ def prepare(spec: JobSpec) -> PreparedRun:
     stored = layout.read_json(f"{layout.run_dir(run_id)}/plan.json")
     if stored is not None:
         plan = CorpusPlan.from_dict(stored)  # resume on the plan the run started with
-    else:
+    elif write:
         layout.write_json(f"{layout.run_dir(run_id)}/plan.json", plan.to_dict())
     record = read_run(layout, run_id) or {
         "run_id": run_id,
