@@ -25,6 +25,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
+        except BrokenPipeError:  # `mixscope … | head`: the reader left, nothing to report
+            sys.stderr.close()
+            ctx.exit(0)
         except MixscopeError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()
@@ -444,6 +447,170 @@ def submit(job, model, corpus, out, workers, batch_size, max_length, revision, a
 
     code = submit_job(spec, address=address, wait=wait, echo=click.echo)
     sys.exit(code)
+
+
+def sql_options(func: Any) -> Any:
+    for option in reversed(
+        [
+            click.option(
+                "--format",
+                "fmt",
+                default="table",
+                show_default=True,
+                type=click.Choice(["table", "csv", "json", "parquet"]),
+            ),
+            click.option(
+                "--output", "-o", default=None, help="Write the result to FILE instead of stdout."
+            ),
+            click.option("--run", "run_ids", multiple=True, help="Only these runs in the views."),
+            click.option(
+                "--threads", type=int, default=None, help="DuckDB threads (default: all cores)."
+            ),
+            click.option("--memory-limit", default=None, help="DuckDB memory limit, e.g. 8GB."),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+def _connect(
+    root: str, run_ids: tuple[str, ...], threads: int | None, memory_limit: str | None
+) -> Any:
+    from pathlib import Path as _Path
+
+    if "://" not in root and not _Path(root).is_dir():
+        raise MixscopeError(f"results root {root} does not exist")
+    from mixscope.sql.views import connect
+
+    return connect(root, run_ids=list(run_ids) or None, threads=threads, memory_limit=memory_limit)
+
+
+def _emit(cur: Any, fmt: str, output: str | None) -> None:
+    from mixscope.sql.output import render
+
+    text = render(cur, fmt, output)
+    if text is not None:
+        click.echo(text)
+    else:
+        click.echo(f"wrote {output}", err=True)
+
+
+def _repl(con: Any, fmt: str) -> None:
+    from mixscope.sql.readonly import execute
+
+    click.echo(
+        "mixscope SQL (read-only). Views: tokens, runs, frequencies, measures. "
+        "End statements with ';', Ctrl-D to quit.",
+        err=True,
+    )
+    buffer: list[str] = []
+    while True:
+        try:
+            line = input("mixscope> " if not buffer else "     ...> ")
+        except EOFError:
+            click.echo("", err=True)
+            return
+        buffer.append(line)
+        if not line.rstrip().endswith(";"):
+            continue
+        statement, buffer = "\n".join(buffer), []
+        try:
+            _emit(execute(con, statement), fmt, None)
+        except MixscopeError as exc:
+            click.echo(f"Error: {exc}", err=True)
+
+
+@main.command()
+@click.argument("root")
+@click.argument("statement", required=False)
+@sql_options
+def sql(
+    root: str, statement: str | None, fmt: str, output: str | None, run_ids, threads, memory_limit
+) -> None:
+    """Run a read-only SQL STATEMENT over the results in ROOT (no STATEMENT: a prompt).
+
+    \b
+    Views: tokens (one row per token per layer, with run_id and category), runs,
+    frequencies (run_id | reference, token_id, token, count, rank), measures.
+    Example:
+      mixscope sql results/ "SELECT layer, avg(attnresln_n) FROM tokens GROUP BY layer ORDER BY 1"
+    """
+    con = _connect(root, run_ids, threads, memory_limit)
+    if statement is None:
+        if sys.stdin.isatty():
+            _repl(con, fmt)
+            return
+        statement = sys.stdin.read()
+    from mixscope.sql.readonly import execute
+
+    _emit(execute(con, statement), fmt, output)
+
+
+@main.command()
+def queries() -> None:
+    """List the named queries: name, description, parameters."""
+    from mixscope.sql.named import REQUIRED, all_queries
+
+    for q in all_queries().values():
+        click.echo(f"{q.name}\n  {q.description}")
+        for p in q.params:
+            default = "required" if p.default is REQUIRED else f"default {p.default!r}"
+            click.echo(f"  --param {p.name}=…  ({default}) {p.help}")
+        if q.columns:
+            click.echo(f"  columns: {', '.join(q.columns)}")
+
+
+@main.command()
+@click.argument("root")
+@click.argument("name")
+@click.option(
+    "--param",
+    "-p",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A query parameter; repeatable.",
+)
+@sql_options
+def query(
+    root: str,
+    name: str,
+    params: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    run_ids,
+    threads,
+    memory_limit,
+) -> None:
+    """Run the named query NAME over ROOT (see `mixscope queries`)."""
+    from mixscope.sql.named import get_query, run_query
+
+    get_query(name)  # unknown names fail before the views are built
+    given: dict[str, str] = {}
+    for item in params:
+        if "=" not in item:
+            raise MixscopeError(f"--param expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        given[key.strip()] = value
+    con = _connect(root, run_ids, threads, memory_limit)
+    _emit(run_query(con, name, given), fmt, output)
+
+
+@main.group()
+def frequencies() -> None:
+    """Reference frequency tables for the frequency analyses."""
+
+
+@frequencies.command("import")
+@click.argument("root")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--name", required=True, help="Name to refer to it by (--param reference=NAME).")
+def frequencies_import(root: str, file: str, name: str) -> None:
+    """Import FILE ('count token' lines, or CSV/Parquet with count and token / token_id)."""
+    from mixscope.store.references import import_reference
+
+    rows = import_reference(root, file, name)
+    click.echo(f"imported {rows:,} tokens as reference {name!r} into {root}", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

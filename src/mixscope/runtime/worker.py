@@ -27,7 +27,9 @@ from mixscope.runtime import faults
 from mixscope.store.layout import Layout
 from mixscope.store.writer import write_parquet
 
-FREQUENCY_SCHEMA = pa.schema([("token_id", pa.int32()), ("count", pa.int64())])
+FREQUENCY_SCHEMA = pa.schema(
+    [("token_id", pa.int32()), ("token", pa.string()), ("count", pa.int64())]
+)
 DOCUMENT_SCHEMA = pa.schema(
     [
         ("doc_id", pa.int64()),
@@ -109,7 +111,9 @@ class ShardWorker:
         table = to_table(seqs, measures, self.loaded.tokenizer)
         files = {
             "tokens": self._write("tokens", shard.shard_id, table),
-            "frequencies": self._write("frequencies", shard.shard_id, _frequencies(seqs)),
+            "frequencies": self._write(
+                "frequencies", shard.shard_id, _frequencies(seqs, self.loaded.tokenizer)
+            ),
             "documents": self._write("documents", shard.shard_id, _documents(docs, seqs)),
         }
         n_tokens = int(sum(len(s) for s in seqs))
@@ -129,11 +133,12 @@ class ShardWorker:
         return write_parquet(self.layout, self.layout.data_file(kind, self.run_id, shard_id), table)
 
 
-def _frequencies(seqs: list[EncodedSequence]) -> pa.Table:
+def _frequencies(seqs: list[EncodedSequence], tokenizer: Any) -> pa.Table:
     ids = np.concatenate([s.original_ids for s in seqs]) if seqs else np.empty(0, np.int64)
     uniq, counts = np.unique(ids, return_counts=True)
+    tokens = tokenizer.convert_ids_to_tokens(uniq.tolist())
     return pa.Table.from_arrays(
-        [pa.array(uniq.astype(np.int32)), pa.array(counts.astype(np.int64))],
+        [pa.array(uniq.astype(np.int32)), pa.array(tokens), pa.array(counts.astype(np.int64))],
         schema=FREQUENCY_SCHEMA,
     )
 

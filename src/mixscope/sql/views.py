@@ -1,16 +1,25 @@
-"""A DuckDB connection whose views see committed shards only.
+"""A read-only DuckDB connection whose views see committed shards only.
 
 The file lists come from the commit records (never a glob over data folders), so a file
 that is half-written, renamed but not committed, or left by a crashed attempt is invisible.
+
+Views: ``tokens`` (one row per token per layer, all committed runs, with ``run_id`` and a
+``category``: normal, mask, cls, sep, other_special), ``runs`` (one row per run),
+``frequencies`` (per run and per imported reference: token_id, token, count, rank; rank 1 =
+most frequent, ties share the lowest rank) and the helper ``measures`` (the five names).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from mixscope.errors import MixscopeError
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
+from mixscope.store.references import reference_files
 from mixscope.store.runs import list_runs
+from mixscope.store.schema import MEASURE_COLUMNS
 
 EMPTY_TOKENS = """
 SELECT * FROM (SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS doc_id, NULL::INTEGER AS segment,
@@ -20,9 +29,50 @@ SELECT * FROM (SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS doc_id, NULL::INT
   NULL::FLOAT AS attnres_n, NULL::FLOAT AS attnresln_n) WHERE false
 """
 
+# special-token strings of the supported tokenizers, by role
+CLS_TOKENS = ("[CLS]", "<s>", "<cls>", "<|begin_of_text|>", "<bos>")
+SEP_TOKENS = ("[SEP]", "</s>", "<sep>", "<|endoftext|>", "<|end_of_text|>", "<eos>")
+
+RUN_COLUMNS = """run_id VARCHAR, name VARCHAR, model VARCHAR, checkpoint_path VARCHAR,
+  revision VARCHAR, model_fingerprint VARCHAR, step BIGINT, corpus VARCHAR,
+  corpus_fingerprint VARCHAR, n_docs BIGINT, options VARCHAR, status VARCHAR,
+  shards_total INTEGER, shards_done INTEGER, shards_failed INTEGER, rows BIGINT, tokens BIGINT,
+  created_at TIMESTAMP, updated_at TIMESTAMP"""
+
 
 def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _run_row(r: dict[str, Any]) -> tuple:
+    model = r.get("model") or {}
+    spec = r.get("spec") or {}
+    corpus = r.get("corpus") or {}
+    return (
+        r["run_id"],
+        r.get("name"),
+        spec.get("model") or model.get("source"),
+        model.get("source") if model.get("kind") == "local" else None,
+        model.get("revision"),
+        model.get("fingerprint"),
+        r.get("step"),
+        ", ".join(corpus.get("paths") or []),
+        corpus.get("fingerprint"),
+        corpus.get("n_docs"),
+        json.dumps(r.get("options") or {}, sort_keys=True),
+        r.get("status"),
+        r.get("shards_total"),
+        r.get("shards_done"),
+        r.get("shards_failed"),
+        r.get("rows"),
+        r.get("tokens"),
+        (r.get("created_at") or "").replace("T", " ").rstrip("Z") or None,
+        (r.get("updated_at") or "").replace("T", " ").rstrip("Z") or None,
+    )
 
 
 def connect(
@@ -31,63 +81,78 @@ def connect(
     run_ids: list[str] | None = None,
     threads: int | None = None,
     memory_limit: str | None = None,
+    read_only: bool = True,
 ) -> Any:
-    """An in-memory DuckDB connection with ``tokens``, ``frequencies`` and ``runs`` views."""
+    """An in-memory DuckDB connection with the views over ``root``.
+
+    ``read_only`` (the default) forbids file access outside ``root`` and locks the settings;
+    statements are further restricted by :func:`mixscope.sql.readonly.execute`.
+    """
     import duckdb
 
     layout = Layout.open(root)
     if not layout.is_local:
-        raise NotImplementedError("SQL over object stores arrives with the SQL layer")
+        raise MixscopeError(
+            "SQL over object-store roots is not supported yet; sync to a local path"
+        )
     con = duckdb.connect(":memory:")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     if memory_limit:
-        con.execute("SET memory_limit = ?", [memory_limit])
+        con.execute(f"SET memory_limit = {_quote(memory_limit)}")
     tokens = manifest.committed_files(layout, "tokens", run_ids)
     freqs = manifest.committed_files(layout, "frequencies", run_ids)
-    if tokens:
-        con.execute(
-            f"CREATE VIEW tokens AS SELECT * FROM read_parquet({_sql_list(tokens)}, "
-            "hive_partitioning = true)"
-        )
-    else:
-        con.execute(f"CREATE VIEW tokens AS {EMPTY_TOKENS}")
-    if freqs:
-        con.execute(
-            "CREATE VIEW frequencies AS SELECT run_id, token_id, sum(count)::BIGINT AS count "
-            f"FROM read_parquet({_sql_list(freqs)}, hive_partitioning = true) "
-            "GROUP BY run_id, token_id"
-        )
-    else:
-        con.execute(
-            "CREATE VIEW frequencies AS SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS token_id,"
-            " NULL::BIGINT AS count WHERE false"
-        )
-    runs = [r for r in list_runs(layout) if run_ids is None or r["run_id"] in run_ids]
-    rows = [
-        (
-            r["run_id"],
-            r.get("name"),
-            (r.get("model") or {}).get("source"),
-            (r.get("model") or {}).get("revision"),
-            (r.get("model") or {}).get("fingerprint"),
-            r.get("step"),
-            (r.get("corpus") or {}).get("fingerprint"),
-            r.get("status"),
-            r.get("shards_total"),
-            r.get("shards_done"),
-            r.get("rows"),
-            r.get("created_at"),
-            r.get("updated_at"),
-        )
-        for r in runs
-    ]
-    con.execute(
-        "CREATE TABLE runs (run_id VARCHAR, name VARCHAR, model VARCHAR, revision VARCHAR, "
-        "model_fingerprint VARCHAR, step BIGINT, corpus_fingerprint VARCHAR, status VARCHAR, "
-        "shards_total INTEGER, shards_done INTEGER, rows BIGINT, created_at VARCHAR, "
-        "updated_at VARCHAR)"
+    refs = reference_files(layout)
+
+    cls, sep = ", ".join(map(_quote, CLS_TOKENS)), ", ".join(map(_quote, SEP_TOKENS))
+    category = (
+        "CASE WHEN is_masked THEN 'mask' WHEN NOT is_special THEN 'normal' "
+        f"WHEN token IN ({cls}) THEN 'cls' WHEN token IN ({sep}) THEN 'sep' "
+        "ELSE 'other_special' END"
     )
-    if rows:
-        con.executemany("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    source = (
+        f"read_parquet({_sql_list(tokens)}, hive_partitioning = true)"
+        if tokens
+        else f"({EMPTY_TOKENS})"
+    )
+    con.execute(f"CREATE VIEW tokens AS SELECT *, {category} AS category FROM {source}")
+
+    parts = []
+    if freqs:
+        parts.append(
+            "SELECT run_id, NULL::VARCHAR AS reference, token_id, any_value(token) AS token, "
+            f"sum(count)::BIGINT AS count FROM read_parquet({_sql_list(freqs)}, "
+            "hive_partitioning = true) GROUP BY run_id, token_id"
+        )
+    for name, path in refs.items():
+        parts.append(
+            f"SELECT NULL::VARCHAR AS run_id, {_quote(name)} AS reference, token_id, token, "
+            f"count FROM read_parquet({_quote(path)})"
+        )
+    if not parts:
+        parts.append(
+            "SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS reference, NULL::INTEGER AS "
+            "token_id, NULL::VARCHAR AS token, NULL::BIGINT AS count WHERE false"
+        )
+    con.execute(
+        "CREATE VIEW frequencies AS SELECT *, rank() OVER (PARTITION BY run_id, reference "
+        f"ORDER BY count DESC) AS rank FROM ({' UNION ALL '.join(parts)})"
+    )
+
+    runs = [r for r in list_runs(layout) if run_ids is None or r["run_id"] in run_ids]
+    con.execute(f"CREATE TABLE runs ({RUN_COLUMNS})")
+    if runs:
+        marks = ", ".join("?" * len(_run_row(runs[0])))
+        con.executemany(f"INSERT INTO runs VALUES ({marks})", [_run_row(r) for r in runs])
+    con.execute(
+        "CREATE TABLE measures AS SELECT * FROM (VALUES "
+        + ", ".join(f"({k}, {_quote(m)})" for k, m in enumerate(MEASURE_COLUMNS))
+        + ") AS m(ord, measure)"
+    )
+    if read_only:
+        con.execute(f"SET allowed_directories = [{_quote(layout.base + '/')}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET autoload_known_extensions = false")
+        con.execute("SET lock_configuration = true")
     return con
