@@ -596,6 +596,15 @@ def query(
     _emit(run_query(con, name, given), fmt, output)
 
 
+def _register_checkpoints() -> None:
+    from mixscope.checkpoints.cli import checkpoints
+
+    main.add_command(checkpoints)
+
+
+_register_checkpoints()
+
+
 @main.group()
 def frequencies() -> None:
     """Reference frequency tables for the frequency analyses."""

@@ -60,22 +60,42 @@ class RuntimeSpec:
 
 
 @dataclass(frozen=True)
+class CheckpointSpec:
+    """Scheduled re-analysis of new checkpoints (``mixscope checkpoints sync|watch``)."""
+
+    source: str | None = None  # Trainer output dir, folder of model folders, or hub:ORG/NAME
+    revisions: tuple[str, ...] = ()  # for a hub source: branches such as step1000
+    quiet_seconds: float = 60.0  # a checkpoint must be unchanged this long to count as complete
+    max_attempts: int = 3  # failed runs are retried on later passes up to this many times
+    backoff_seconds: float = 300.0  # wait before retry k: backoff * 2^(k-1)
+    lease_seconds: float = 300.0  # a lease not renewed for this long is free again
+    interval_seconds: float = 600.0  # watch: time between passes
+
+
+@dataclass(frozen=True)
 class JobSpec:
     name: str = "mixscope"
     model: str = DEFAULT_MODEL
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
     analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
+    checkpoints: CheckpointSpec = field(default_factory=CheckpointSpec)
     out: str = "results"
     step: int | None = None  # training step of the checkpoint, when known
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["corpus"]["paths"] = list(self.corpus.paths)
+        d["checkpoints"]["revisions"] = list(self.checkpoints.revisions)
         return d
 
 
-SECTIONS = {"corpus": CorpusSpec, "analysis": AnalysisSpec, "runtime": RuntimeSpec}
+SECTIONS = {
+    "corpus": CorpusSpec,
+    "analysis": AnalysisSpec,
+    "runtime": RuntimeSpec,
+    "checkpoints": CheckpointSpec,
+}
 
 #: short keys accepted by --set and the flags of `mixscope run`
 ALIASES = {
@@ -263,6 +283,11 @@ def validate(spec: JobSpec) -> None:
         (r.max_retries >= 0, "runtime.max_retries: not negative"),
         (r.executor in ("ray", "local"), "runtime.executor: ray|local"),
         (bool(spec.out), "out: required (a directory or object-store URI)"),
+        (spec.checkpoints.quiet_seconds >= 0, "checkpoints.quiet_seconds: not negative"),
+        (spec.checkpoints.max_attempts >= 1, "checkpoints.max_attempts: at least 1"),
+        (spec.checkpoints.backoff_seconds >= 0, "checkpoints.backoff_seconds: not negative"),
+        (spec.checkpoints.lease_seconds > 0, "checkpoints.lease_seconds: positive"),
+        (spec.checkpoints.interval_seconds > 0, "checkpoints.interval_seconds: positive"),
     ]
     for ok, message in checks:
         if not ok:

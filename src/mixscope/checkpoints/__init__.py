@@ -1,0 +1,1 @@
+"""Scheduled re-analysis of new checkpoints: discovery, completeness, leases, sync."""

@@ -1,0 +1,235 @@
+"""``mixscope checkpoints sync | watch | list`` (imports nothing heavy at load)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+from mixscope.errors import MixscopeError
+
+
+def _options(func: Any) -> Any:
+    opts = [
+        click.option(
+            "--source",
+            "-s",
+            default=None,
+            help="Trainer output dir, folder of model folders, or hub:ORG/NAME.",
+        ),
+        click.option(
+            "--job",
+            "-j",
+            default=None,
+            type=click.Path(dir_okay=False),
+            help="Job spec (probe corpus, options, output).",
+        ),
+        click.option("--out", "-o", default=None, help="Results root (default: the job's)."),
+        click.option("--corpus", "-c", multiple=True, help="Probe corpus file, directory or glob."),
+        click.option(
+            "--revision",
+            "revisions",
+            multiple=True,
+            help="Hub revisions to analyse (repeatable), for a hub: source.",
+        ),
+        click.option("--workers", "-w", type=int, default=None),
+        click.option("--batch-size", type=int, default=None),
+        click.option("--max-length", type=int, default=None),
+        click.option(
+            "--address", default=None, help="Ray cluster to run on (else RAY_ADDRESS, else local)."
+        ),
+        click.option(
+            "--submit",
+            "submit_address",
+            default=None,
+            metavar="URL",
+            help="Submit each run through the Ray Jobs API at URL instead.",
+        ),
+        click.option(
+            "--quiet-period",
+            type=float,
+            default=None,
+            help="Seconds a checkpoint must be unchanged.",
+        ),
+        click.option(
+            "--retry-failed", is_flag=True, help="Retry checkpoints that failed too often."
+        ),
+        click.option(
+            "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any spec field."
+        ),
+    ]
+    for o in reversed(opts):
+        func = o(func)
+    return func
+
+
+def _base_spec(
+    job, out, corpus, workers, batch_size, max_length, address, quiet_period, sets, source
+):
+    from mixscope.config import load_spec, parse_set
+
+    overrides: dict[str, Any] = parse_set(sets)
+    flags = {
+        "out": out,
+        "corpus.paths": list(corpus) if corpus else None,
+        "runtime.workers": workers,
+        "runtime.batch_size": batch_size,
+        "analysis.max_length": max_length,
+        "runtime.address": address,
+        "checkpoints.quiet_seconds": quiet_period,
+        "checkpoints.source": source,
+    }
+    overrides.update({k: v for k, v in flags.items() if v is not None})
+    spec = load_spec(job, overrides)
+    if not spec.checkpoints.source:
+        raise MixscopeError("no checkpoint source: pass --source or set checkpoints.source")
+    return spec
+
+
+def _print_report(report: Any) -> None:
+    from mixscope.format import aligned_table
+
+    rows = [
+        [o.step if o.step is not None else "", o.status, o.run_id or "", o.key, o.detail]
+        for o in report.outcomes
+    ]
+    click.echo(aligned_table(["step", "status", "run_id", "checkpoint", "detail"], rows))
+    summary = ", ".join(
+        f"{s}: {report.count(s)}"
+        for s in ("analysed", "done", "failed", "backoff", "running", "incomplete")
+        if report.count(s)
+    )
+    click.echo(summary or "no checkpoints found", err=True)
+
+
+@click.group()
+def checkpoints() -> None:
+    """Re-analyse each new checkpoint of a model in training, exactly once."""
+
+
+@checkpoints.command()
+@_options
+def sync(
+    source,
+    job,
+    out,
+    corpus,
+    revisions,
+    workers,
+    batch_size,
+    max_length,
+    address,
+    submit_address,
+    quiet_period,
+    retry_failed,
+    sets,
+) -> None:
+    """One reconcile pass: analyse every complete checkpoint not analysed yet, oldest first."""
+    from mixscope.checkpoints.sync import sync_pass
+
+    spec = _base_spec(
+        job, out, corpus, workers, batch_size, max_length, address, quiet_period, sets, source
+    )
+    report = sync_pass(
+        spec,
+        source=spec.checkpoints.source,
+        revisions=tuple(revisions),
+        retry_failed=retry_failed,
+        submit_address=submit_address,
+        log=lambda s: click.echo(s, err=True),
+    )
+    _print_report(report)
+    if any(o.status == "failed" and o.run_id for o in report.outcomes if o.status == "failed"):
+        sys.exit(1)
+
+
+@checkpoints.command()
+@_options
+@click.option(
+    "--interval", type=float, default=None, help="Seconds between passes (default: the job's)."
+)
+@click.option(
+    "--passes", type=int, default=None, help="Stop after this many passes (default: forever)."
+)
+def watch(
+    source,
+    job,
+    out,
+    corpus,
+    revisions,
+    workers,
+    batch_size,
+    max_length,
+    address,
+    submit_address,
+    quiet_period,
+    retry_failed,
+    sets,
+    interval,
+    passes,
+) -> None:
+    """The sync pass in a loop; Ctrl-C or SIGTERM stops cleanly after the current run."""
+    from mixscope.checkpoints.sync import sync_pass
+
+    spec = _base_spec(
+        job, out, corpus, workers, batch_size, max_length, address, quiet_period, sets, source
+    )
+    stop = threading.Event()
+
+    def request_stop(signum, _frame):
+        click.echo(
+            f"mixscope: {signal.Signals(signum).name}: stopping after the current pass", err=True
+        )
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    every = interval if interval is not None else spec.checkpoints.interval_seconds
+    done = 0
+    while not stop.is_set():
+        report = sync_pass(
+            spec,
+            source=spec.checkpoints.source,
+            revisions=tuple(revisions),
+            retry_failed=retry_failed,
+            submit_address=submit_address,
+            log=lambda s: click.echo(s, err=True),
+        )
+        _print_report(report)
+        done += 1
+        if passes is not None and done >= passes:
+            break
+        stop.wait(every)
+    click.echo("mixscope: watch stopped", err=True)
+
+
+@checkpoints.command("list")
+@click.argument("root")
+@click.option(
+    "--source", "-s", default=None, help="Also list checkpoints of SOURCE not analysed yet."
+)
+@click.option(
+    "--job",
+    "-j",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Job spec (for quiet period and revisions).",
+)
+def list_(root: str, source: str | None, job: str | None) -> None:
+    """Every known checkpoint: step and status (done, running, failed, pending, incomplete)."""
+    from mixscope.checkpoints.sync import list_checkpoints
+    from mixscope.config import load_spec
+    from mixscope.format import aligned_table
+
+    base = load_spec(job, {"corpus.paths": ["-"]}) if job else None
+    rows = list_checkpoints(root, source, base)
+    if not rows:
+        raise MixscopeError(
+            f"no checkpoints known under {root}"
+            + ("" if source else " (pass --source to list a source)")
+        )
+    cols = ["step", "status", "attempts", "run_id", "checkpoint", "error"]
+    click.echo(aligned_table(cols, [["" if r[c] is None else r[c] for c in cols] for r in rows]))

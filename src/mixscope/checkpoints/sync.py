@@ -1,0 +1,205 @@
+"""One idempotent reconcile pass: analyse every complete checkpoint not yet analysed.
+
+For each candidate (oldest step first): skip it if incomplete; fingerprint it; if a complete
+run with the same (checkpoint fingerprint, corpus fingerprint, options) exists under ROOT it
+is done; if it failed too often or is backing off, leave it; otherwise take its lease and
+run (or submit) the job for it. Running the pass twice in a row does nothing the second time.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mixscope.checkpoints.complete import incomplete_reason
+from mixscope.checkpoints.discover import Candidate, discover
+from mixscope.checkpoints.lease import Lease
+from mixscope.checkpoints.state import CheckpointState, checkpoint_id
+from mixscope.config import JobSpec
+from mixscope.corpus.plan import plan_corpus
+from mixscope.errors import MixscopeError
+from mixscope.models.fingerprint import model_identity
+from mixscope.store.layout import Layout
+from mixscope.store.runs import identity_options, read_run, run_id_for
+
+
+@dataclass
+class Outcome:
+    key: str
+    step: int | None
+    status: str  # done | analysed | failed | backoff | running | incomplete | pending
+    run_id: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class SyncReport:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(o.status == status for o in self.outcomes)
+
+
+def _spec_for(base: JobSpec, c: Candidate) -> JobSpec:
+    return replace(
+        base,
+        model=c.model,
+        step=c.step,
+        analysis=replace(base.analysis, revision=c.revision or base.analysis.revision),
+    )
+
+
+def _run(spec: JobSpec, submit_address: str | None, show_progress: bool) -> tuple[str, str]:
+    """(status, error) of running or submitting one checkpoint's job."""
+    if submit_address:
+        from mixscope.runtime.submit import submit_job
+
+        code = submit_job(spec, address=submit_address, wait=True, echo=lambda *a, **k: None)
+        return ("complete", "") if code == 0 else ("failed", "the Ray job did not succeed")
+    from mixscope.runtime.driver import run_job
+
+    summary = run_job(spec, show_progress=show_progress)
+    error = "; ".join(f"shard {k}: {v}" for k, v in sorted(summary.errors.items()))
+    return summary.status, error
+
+
+def sync_pass(
+    base: JobSpec,
+    *,
+    source: str,
+    revisions: tuple[str, ...] = (),
+    retry_failed: bool = False,
+    submit_address: str | None = None,
+    show_progress: bool = False,
+    log: Callable[[str], None] = lambda s: None,
+    now: Callable[[], float] = time.time,
+) -> SyncReport:
+    ck = base.checkpoints
+    layout = Layout.open(base.out)
+    if not layout.is_local:
+        raise MixscopeError("checkpoints sync needs a local or shared-filesystem results root")
+    state = CheckpointState(base.out)
+    plan = plan_corpus(base.corpus, base.runtime.docs_per_shard)  # fails early on a bad corpus
+    if plan.n_docs == 0:
+        raise MixscopeError("the probe corpus has no documents to analyse")
+    options = identity_options(base)
+    report = SyncReport()
+
+    for c in discover(source, revisions or ck.revisions):
+        if c.local:
+            reason = incomplete_reason(c.model, ck.quiet_seconds)
+            if reason:
+                report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=reason))
+                continue
+        try:
+            identity = model_identity(c.model, c.revision)
+        except OSError as exc:  # vanished or unreadable between listing and hashing
+            report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=str(exc)))
+            continue
+        run_id = run_id_for(identity["fingerprint"], plan.fingerprint, options)
+        record = read_run(layout, run_id)
+        if record is not None and record.get("status") == "complete":
+            report.outcomes.append(Outcome(c.key, c.step, "done", run_id))
+            continue
+        st = state.get(c.key)
+        if st.get("status") == "failed" and not retry_failed:
+            if st.get("attempts", 0) >= ck.max_attempts:
+                detail = f"failed {st['attempts']} times: {st.get('last_error', '')}"
+                report.outcomes.append(Outcome(c.key, c.step, "failed", run_id, detail))
+                continue
+            if st.get("next_attempt_at", 0) > now():
+                wait = st["next_attempt_at"] - now()
+                report.outcomes.append(
+                    Outcome(c.key, c.step, "backoff", run_id, f"retry in {wait:.0f}s")
+                )
+                continue
+
+        lease = Lease(state.lease_folder, checkpoint_id(c.key), ck.lease_seconds)
+        if not lease.acquire():
+            holder = (lease.holder() or {}).get("owner", "?")
+            report.outcomes.append(Outcome(c.key, c.step, "running", run_id, f"leased by {holder}"))
+            continue
+        try:
+            record = read_run(layout, run_id)  # another process may have finished it meanwhile
+            if record is not None and record.get("status") == "complete":
+                report.outcomes.append(Outcome(c.key, c.step, "done", run_id))
+                continue
+            attempts = int(st.get("attempts", 0)) + 1
+            base_record = {
+                "model": c.model,
+                "revision": c.revision,
+                "step": c.step,
+                "run_id": run_id,
+                "fingerprint": identity["fingerprint"],
+                "attempts": attempts,
+            }
+            state.put(c.key, {**base_record, "status": "running", "started_at": now()})
+            log(f"analysing {c.key} (step {c.step}, run {run_id}, attempt {attempts})")
+            try:
+                status, error = _run(_spec_for(base, c), submit_address, show_progress)
+            except Exception as exc:  # a broken checkpoint must not stop the others
+                status = "failed"
+                lines = str(exc).strip().splitlines()
+                error = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+                log(traceback.format_exc(limit=3))
+            if status == "complete":
+                state.put(c.key, {**base_record, "status": "done", "finished_at": now()})
+                report.outcomes.append(Outcome(c.key, c.step, "analysed", run_id))
+            else:
+                delay = ck.backoff_seconds * 2 ** (attempts - 1)
+                state.put(
+                    c.key,
+                    {
+                        **base_record,
+                        "status": "failed",
+                        "last_error": error or status,
+                        "next_attempt_at": now() + delay,
+                    },
+                )
+                report.outcomes.append(Outcome(c.key, c.step, "failed", run_id, error or status))
+        finally:
+            lease.release()
+    return report
+
+
+def list_checkpoints(root: str, source: str | None, base: JobSpec | None) -> list[dict[str, Any]]:
+    """Every checkpoint known under ROOT, plus (with a source) the ones not analysed yet."""
+    state = CheckpointState(root)
+    layout = Layout.open(root)
+    rows: dict[str, dict[str, Any]] = {}
+    for st in state.all():
+        status = st.get("status", "")
+        lease = Lease(state.lease_folder, checkpoint_id(st["key"]), 1.0).holder()
+        if status == "running" and not (lease and lease.get("expires_at", 0) > time.time()):
+            status = "interrupted"
+        rows[st["key"]] = {
+            "checkpoint": st["key"],
+            "step": st.get("step"),
+            "status": status,
+            "attempts": st.get("attempts", 0),
+            "run_id": st.get("run_id"),
+            "error": (st.get("last_error") or "") if status == "failed" else "",
+        }
+        if st.get("run_id"):
+            rec = read_run(layout, st["run_id"])
+            if rec is not None and rec.get("status") == "complete":
+                rows[st["key"]]["status"] = "done"
+    if source:
+        ck_quiet = base.checkpoints.quiet_seconds if base else 60.0
+        revisions = base.checkpoints.revisions if base else ()
+        for c in discover(source, revisions):
+            if c.key in rows:
+                continue
+            reason = incomplete_reason(c.model, ck_quiet) if c.local else None
+            rows[c.key] = {
+                "checkpoint": c.key,
+                "step": c.step,
+                "status": "incomplete" if reason else "pending",
+                "attempts": 0,
+                "run_id": None,
+                "error": reason or "",
+            }
+    return sorted(rows.values(), key=lambda r: (r["step"] is None, r["step"] or 0, r["checkpoint"]))
