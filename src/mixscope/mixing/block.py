@@ -37,6 +37,7 @@ class BlockTensors:
     x: torch.Tensor  # [batch, seq, hidden]                 block input = the residual
     values: torch.Tensor  # [batch, seq, kv_heads * head_dim]  x W_V + b_V (b_V inside f)
     alpha: torch.Tensor  # [batch, heads, seq, seq]            attention weights, rows = queries
+    #                      (may stay in the model's dtype when only its diagonal is read)
     attn_out: torch.Tensor  # [batch, seq, hidden]             Σ_j a_ij + b_O (output projection)
     z: torch.Tensor  # [batch, seq, hidden]                 the real input of the norm
     y: torch.Tensor  # [batch, seq, hidden]                 the real output of the norm

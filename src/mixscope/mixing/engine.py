@@ -185,10 +185,12 @@ class MixingEngine:
             def on_norm(_m, inp, out, store=store, idx=idx, p=p):
                 x = store.pop("x").to(sd)
                 extra = store.pop("extra", None)
+                alpha = store.pop("alpha")
                 t = BlockTensors(
                     x=x,
                     values=store.pop("values").to(sd),
-                    alpha=store.pop("alpha").to(sd),
+                    # the full α in statistics dtype only where it is read whole
+                    alpha=alpha.to(sd) if pairs or self.verify else alpha,
                     attn_out=store.pop("attn_out").to(sd),
                     z=inp[0].reshape(x.shape).to(sd),  # OPT normalizes a [batch·seq, hidden] view
                     y=out.reshape(x.shape).to(sd),

@@ -18,7 +18,8 @@ MEASURE_ORDER = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
 def self_attention_vector(t: BlockTensors, p: BlockParams) -> torch.Tensor:
     """a_ii = Σ_h α^h_ii f^h(x_i): [batch, seq, hidden]."""
-    alpha_self = torch.diagonal(t.alpha, dim1=-2, dim2=-1)  # [batch, heads, seq]
+    # only the diagonal is read: α may stay in the model's dtype (no [.., seq, seq] copy)
+    alpha_self = torch.diagonal(t.alpha, dim1=-2, dim2=-1).to(t.values.dtype)  # [b, heads, seq]
     v = head_values(t.values, p)  # [batch, seq, heads, head_dim]
     weighted = v * alpha_self.transpose(1, 2).unsqueeze(-1)  # [batch, seq, heads, head_dim]
     batch, seq = weighted.shape[:2]
@@ -51,7 +52,8 @@ def token_measures(
     ln_context = p.gamma * centre(a_context, p.norm_kind)
     ln_self = p.gamma * centre(ln_r_self, p.norm_kind)
 
-    attn_w = 1.0 - torch.diagonal(t.alpha, dim1=-2, dim2=-1).mean(dim=1)  # [batch, seq]
+    alpha_self = torch.diagonal(t.alpha, dim1=-2, dim2=-1).to(t.values.dtype)
+    attn_w = 1.0 - alpha_self.mean(dim=1)  # [batch, seq]
     out = torch.stack(
         [
             attn_w,
