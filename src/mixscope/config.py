@@ -213,7 +213,7 @@ def _relative_to(base: Path, value: str) -> str:
     """Corpus paths in a spec are relative to the spec's folder (``out`` to the caller's)."""
     if "://" in value or os.path.isabs(value) or value.startswith("~"):
         return value
-    return str((base / value).resolve())
+    return os.path.abspath(base / value)  # not resolve(): keep symlinked mounts as mounted
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

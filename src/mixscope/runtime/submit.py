@@ -13,12 +13,14 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from mixscope.config import JobSpec
 from mixscope.errors import MixscopeError
 
-FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_HOME", "HF_TOKEN", "HF_ENDPOINT", "TRANSFORMERS_VERBOSITY")
+# not HF_HOME: a local cache path rarely exists on the cluster
+FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_ENDPOINT", "TRANSFORMERS_VERBOSITY")
 
 
 def submission_id(spec: JobSpec) -> str:
@@ -47,6 +49,9 @@ def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable
     _use_token_if_present()  # before Ray reads its settings
     from ray.job_submission import JobStatus, JobSubmissionClient
 
+    if "://" not in spec.out and not os.path.isabs(spec.out):
+        # a relative root would land in the job's temporary working directory
+        spec = replace(spec, out=os.path.abspath(spec.out))
     address = address or os.environ.get("RAY_ADDRESS")
     if not address:
         raise MixscopeError("submit needs --address http://HEAD:8265 (or RAY_ADDRESS)")

@@ -1,0 +1,272 @@
+"""Scheduled re-analysis: discovery, completeness, exactly-once across concurrent syncs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from mixscope.checkpoints.complete import incomplete_reason
+from mixscope.checkpoints.discover import discover
+from mixscope.checkpoints.lease import Lease
+from mixscope.checkpoints.sync import sync_pass
+from mixscope.cli import main
+from mixscope.config import load_spec
+from mixscope.sql.named import run_query
+from mixscope.sql.views import connect
+
+OLD = time.time() - 3600
+
+
+def save_checkpoint(folder: Path, seed: int, sharded: bool = False, age: bool = True) -> Path:
+    from tiny_models import build
+
+    model, tok = build("bert", torch.float32, seed=seed)
+    model.save_pretrained(folder, **({"max_shard_size": "300KB"} if sharded else {}))
+    tok.save_pretrained(folder)
+    if age:  # written long ago: past any quiet period
+        for p in folder.rglob("*"):
+            os.utime(p, (OLD, OLD))
+    return folder
+
+
+@pytest.fixture()
+def training(tmp_path):
+    train = tmp_path / "train"
+    for k, step in enumerate((100, 200, 300)):
+        save_checkpoint(train / f"checkpoint-{step}", seed=k, sharded=step == 200)
+    probe = tmp_path / "probe.txt"
+    probe.write_text("A short probe sentence.\nAnother probe sentence, a little longer.\n")
+    return train, probe, tmp_path / "out"
+
+
+def _spec(probe: Path, out: Path, **extra):
+    return load_spec(
+        None,
+        {
+            "name": "tiny-train",
+            "corpus.paths": [str(probe)],
+            "out": str(out),
+            "analysis.max_length": 32,
+            "runtime.workers": 1,
+            "checkpoints.quiet_seconds": 30,
+            **extra,
+        },
+    )
+
+
+def _statuses(report):
+    return [(o.step, o.status) for o in report.outcomes]
+
+
+def test_sync_runs_each_new_checkpoint_once(ray_local, training):
+    train, probe, out = training
+    spec = _spec(probe, out)
+    first = sync_pass(spec, source=str(train))
+    assert _statuses(first) == [(100, "analysed"), (200, "analysed"), (300, "analysed")]
+    steps = connect(str(out)).execute("SELECT step FROM runs ORDER BY step").fetchall()
+    assert [s for (s,) in steps] == [100, 200, 300]
+
+    again = sync_pass(spec, source=str(train))
+    assert _statuses(again) == [(100, "done"), (200, "done"), (300, "done")]
+
+    save_checkpoint(train / "checkpoint-400", seed=3)
+    third = sync_pass(spec, source=str(train))
+    assert _statuses(third) == [(100, "done"), (200, "done"), (300, "done"), (400, "analysed")]
+    for run in (out / "_mixscope" / "runs").iterdir():
+        assert len(json.loads((run / "run.json").read_text())["invocations"]) == 1
+
+    # the trend: one row per step × layer × measure, ordered by step, equal to each run's profile
+    con = connect(str(out))
+    trend = run_query(con, "checkpoint_trend", {"model": "tiny-train"}).fetchall()
+    assert len(trend) == 4 * 2 * 5
+    assert [r[1] for r in trend] == sorted(r[1] for r in trend)
+    profile = {(r[0], r[1], r[2]): r[3] for r in run_query(con, "layer_profile", {}).fetchall()}
+    for _model, _step, run_id, layer, measure, mean, _n in trend:
+        assert mean == pytest.approx(profile[(run_id, layer, measure)], abs=1e-12)
+
+
+def test_half_written_checkpoints_wait(training):
+    train, probe, out = training
+    spec = _spec(probe, out, **{"runtime.executor": "local"})
+    missing = save_checkpoint(train / "checkpoint-500", seed=5, sharded=True)
+    shard = sorted(missing.glob("model-0000*.safetensors"))[-1]
+    held = shard.read_bytes()
+    shard.unlink()
+    marker = save_checkpoint(train / "checkpoint-600", seed=6)
+    (marker / "IN_PROGRESS").write_text("")
+    os.utime(marker / "IN_PROGRESS", (OLD, OLD))
+    growing = save_checkpoint(train / "checkpoint-700", seed=7, age=False)  # just written
+    save_checkpoint(train / "tmp-checkpoint-800", seed=8)  # Trainer's temporary name
+
+    report = sync_pass(spec, source=str(train))
+    by_step = {o.step: o for o in report.outcomes}
+    assert [by_step[s].status for s in (100, 200, 300)] == ["analysed"] * 3
+    assert by_step[500].status == "incomplete" and "missing weight shard" in by_step[500].detail
+    assert by_step[600].status == "incomplete" and "IN_PROGRESS" in by_step[600].detail
+    assert by_step[700].status == "incomplete" and "quiet period" in by_step[700].detail
+    assert 800 not in by_step
+
+    shard.write_bytes(held)
+    (marker / "IN_PROGRESS").unlink()
+    for p in [*missing.rglob("*"), *growing.rglob("*")]:
+        os.utime(p, (OLD, OLD))
+    later = sync_pass(spec, source=str(train))
+    assert {o.step: o.status for o in later.outcomes} == {
+        100: "done",
+        200: "done",
+        300: "done",
+        500: "analysed",
+        600: "analysed",
+        700: "analysed",
+    }
+    assert {o.step: o.status for o in sync_pass(spec, source=str(train)).outcomes}[700] == "done"
+
+
+def test_two_syncs_at_once_analyse_each_checkpoint_once(training):
+    train, probe, out = training
+    args = [
+        sys.executable,
+        "-m",
+        "mixscope.cli",
+        "checkpoints",
+        "sync",
+        "--source",
+        str(train),
+        "--corpus",
+        str(probe),
+        "--out",
+        str(out),
+        "--max-length",
+        "32",
+        "--set",
+        "runtime.executor=local",
+        "--set",
+        "name=tiny-train",
+    ]
+    procs = [
+        subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs
+    runs = list((out / "_mixscope" / "runs").iterdir())
+    assert len(runs) == 3
+    for run in runs:
+        record = json.loads((run / "run.json").read_text())
+        assert len(record["invocations"]) == 1, record["invocations"]  # analysed once
+    analysed = sum(o.count("analysing ") for o in outputs)
+    assert analysed == 3
+
+
+def test_corrupt_checkpoint_fails_then_backs_off_then_gives_up(training):
+    train, probe, out = training
+    bad = save_checkpoint(train / "checkpoint-250", seed=9)
+    (bad / "model.safetensors").write_bytes(b"not a safetensors file at all")
+    os.utime(bad / "model.safetensors", (OLD, OLD))
+    spec = _spec(
+        probe,
+        out,
+        **{
+            "runtime.executor": "local",
+            "checkpoints.max_attempts": 2,
+            "checkpoints.backoff_seconds": 3600,
+        },
+    )
+
+    first = {o.step: o for o in sync_pass(spec, source=str(train)).outcomes}
+    assert [first[s].status for s in (100, 200, 300)] == ["analysed"] * 3
+    assert first[250].status == "failed" and first[250].detail  # a clear error, recorded
+    assert {o.step: o.status for o in sync_pass(spec, source=str(train)).outcomes}[250] == "backoff"
+
+    later = lambda: time.time() + 2 * 3600  # noqa: E731  after the 1 h backoff
+    second = {o.step: o for o in sync_pass(spec, source=str(train), now=later).outcomes}[250]
+    assert second.status == "failed"  # retried once more, failed again: 2 of 2 attempts
+    gave_up = {o.step: o for o in sync_pass(spec, source=str(train), now=later).outcomes}[250]
+    assert gave_up.status == "failed" and gave_up.detail.startswith("failed 2 times")
+    listing = CliRunner().invoke(main, ["checkpoints", "list", str(out)])
+    assert listing.exit_code == 0
+    assert any(ln.split()[:3] == ["250", "failed", "2"] for ln in listing.output.splitlines())
+
+    # fixed, and asked to retry: it runs again
+    save_checkpoint(train / "checkpoint-250", seed=9)
+    retried = sync_pass(spec, source=str(train), retry_failed=True)
+    assert {o.step: o.status for o in retried.outcomes}[250] == "analysed"
+
+
+def test_lease_is_exclusive_and_expires(tmp_path):
+    a, b = Lease(tmp_path, "ck", ttl=60), Lease(tmp_path, "ck", ttl=60)
+    assert a.acquire() and not b.acquire()
+    a.release()
+    assert b.acquire()
+    b._stop.set()  # a crashed holder: the lease stays behind but stops being renewed
+    record = json.loads(b.path.read_text())
+    record["expires_at"] = time.time() - 1
+    b.path.write_text(json.dumps(record))
+    c = Lease(tmp_path, "ck", ttl=60)
+    assert c.acquire() and c.holder()["owner"] == c.owner
+    c.release()
+    assert not c.path.exists()
+
+
+def test_discovery_of_sources(tmp_path):
+    folder = tmp_path / "models"
+    save_checkpoint(folder / "run-a-step2000", seed=1)
+    trained = save_checkpoint(folder / "final", seed=2)
+    (trained / "trainer_state.json").write_text(json.dumps({"global_step": 9000}))
+    assert [(c.step, Path(c.model).name) for c in discover(str(folder))] == [
+        (2000, "run-a-step2000"),
+        (9000, "final"),
+    ]
+    hub = discover("hub:EleutherAI/pythia-70m", ("step3000", "step1000"))
+    assert [(c.model, c.revision, c.step) for c in hub] == [
+        ("EleutherAI/pythia-70m", "step1000", 1000),
+        ("EleutherAI/pythia-70m", "step3000", 3000),
+    ]
+    assert incomplete_reason(tmp_path, 0) == "no config.json"
+
+
+def test_watch_stops_cleanly_on_sigterm(training):
+    train, probe, out = training
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mixscope.cli",
+            "checkpoints",
+            "watch",
+            "--source",
+            str(train),
+            "--corpus",
+            str(probe),
+            "--out",
+            str(out),
+            "--max-length",
+            "32",
+            "--interval",
+            "600",
+            "--set",
+            "runtime.executor=local",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list((out / "_mixscope" / "runs").glob("*/run.json"))) < 3:
+        time.sleep(0.2)
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output
+    assert "watch stopped" in output
+    assert np.all([p.name for p in (out / "_mixscope" / "runs").iterdir()])
