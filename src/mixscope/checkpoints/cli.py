@@ -89,6 +89,19 @@ def _base_spec(
     return spec
 
 
+def _pass(spec: Any, revisions: tuple[str, ...], retry: bool, submit_address: str | None) -> Any:
+    from mixscope.checkpoints.sync import sync_pass
+
+    return sync_pass(
+        spec,
+        source=spec.checkpoints.source,
+        revisions=tuple(revisions),
+        retry_failed=retry,
+        submit_address=submit_address,
+        log=lambda s: click.echo(s, err=True),
+    )
+
+
 def _print_report(report: Any) -> None:
     from mixscope.format import aligned_table
 
@@ -128,21 +141,12 @@ def sync(
     sets,
 ) -> None:
     """One reconcile pass: analyse every complete checkpoint not analysed yet, oldest first."""
-    from mixscope.checkpoints.sync import sync_pass
-
     spec = _base_spec(
         job, out, corpus, workers, batch_size, max_length, address, quiet_period, sets, source
     )
-    report = sync_pass(
-        spec,
-        source=spec.checkpoints.source,
-        revisions=tuple(revisions),
-        retry_failed=retry_failed,
-        submit_address=submit_address,
-        log=lambda s: click.echo(s, err=True),
-    )
+    report = _pass(spec, revisions, retry_failed, submit_address)
     _print_report(report)
-    if any(o.status == "failed" and o.run_id for o in report.outcomes if o.status == "failed"):
+    if report.count("failed"):
         sys.exit(1)
 
 
@@ -172,8 +176,6 @@ def watch(
     passes,
 ) -> None:
     """The sync pass in a loop; Ctrl-C or SIGTERM stops cleanly after the current run."""
-    from mixscope.checkpoints.sync import sync_pass
-
     spec = _base_spec(
         job, out, corpus, workers, batch_size, max_length, address, quiet_period, sets, source
     )
@@ -190,14 +192,7 @@ def watch(
     every = interval if interval is not None else spec.checkpoints.interval_seconds
     done = 0
     while not stop.is_set():
-        report = sync_pass(
-            spec,
-            source=spec.checkpoints.source,
-            revisions=tuple(revisions),
-            retry_failed=retry_failed,
-            submit_address=submit_address,
-            log=lambda s: click.echo(s, err=True),
-        )
+        report = _pass(spec, revisions, retry_failed, submit_address)
         _print_report(report)
         done += 1
         if passes is not None and done >= passes:
