@@ -622,5 +622,53 @@ def frequencies_import(root: str, file: str, name: str) -> None:
     click.echo(f"imported {rows:,} tokens as reference {name!r} into {root}", err=True)
 
 
+@main.command()
+@click.argument("root")
+@click.option("--run", "run_ids", multiple=True, help="Only these runs (repeatable).")
+@click.option(
+    "--output",
+    "-o",
+    default=None,
+    help="The HTML file (default report.html), or with --format png a directory (default report).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    default="html",
+    show_default=True,
+    type=click.Choice(["html", "png"]),
+    help="One self-contained HTML page, or one PNG file per plot.",
+)
+@click.option(
+    "--reference",
+    default=None,
+    help="Frequency ranks from this imported reference table (default: the run's own counts).",
+)
+@click.option(
+    "--examples/--no-examples",
+    default=True,
+    show_default=True,
+    help="Contribution maps of an example sequence (loads each run's model).",
+)
+def report(
+    root: str,
+    run_ids: tuple[str, ...],
+    output: str | None,
+    fmt: str,
+    reference: str | None,
+    examples: bool,
+) -> None:
+    """Build the report of ROOT: tables and the paper's figures, as HTML or PNG files."""
+    from mixscope.report.build import build_report
+
+    if examples:
+        _quiet_transformers()
+    built = build_report(
+        root, list(run_ids) or None, output, fmt, reference=reference, examples=examples
+    )
+    what = "plots" if fmt == "png" else "figures"
+    click.echo(f"wrote {built.output} ({len(built.plots)} {what})", err=True)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -1,0 +1,290 @@
+"""The report's figures (matplotlib, Agg backend), one function per kind of plot.
+
+Every function takes plain tables (see :mod:`mixscope.report.data`) and returns a
+matplotlib ``Figure``; the caller renders and closes it. Ratios are shown in percent, as in
+the paper; layers are 1-based; measures carry the paper's names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mixscope import MEASURES
+
+LABELS = {
+    "attn_w": "ATTN-W",
+    "attn_n": "ATTN-N",
+    "attnres_w": "ATTNRES-W",
+    "attnres_n": "ATTNRES-N",
+    "attnresln_n": "ATTNRESLN-N",
+}
+COLORS = {
+    "attn_w": "#9ecae1",
+    "attn_n": "#3182bd",
+    "attnres_w": "#fdae6b",
+    "attnres_n": "#e6550d",
+    "attnresln_n": "#31a354",
+}
+LINESTYLES = {m: "--" if m.endswith("_w") else "-" for m in MEASURES}
+CATEGORIES = ("cls", "sep", "mask", "normal", "other_special")
+CATEGORY_LABELS = {
+    "cls": "[CLS]",
+    "sep": "[SEP]",
+    "mask": "[MASK]",
+    "normal": "normal",
+    "other_special": "other special",
+    "overall": "overall",
+}
+PAIR_MEASURES = ("attn_n", "attnres_n", "attnresln_n")
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, imported on first use only."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(
+        {
+            "figure.dpi": 100,
+            "font.size": 11,
+            "axes.titlesize": 12,
+            "axes.labelsize": 11,
+            "axes.grid": False,
+        }
+    )
+    return plt
+
+
+def _layer_axis(ax: Any, layers: list[int]) -> None:
+    ax.set_xlabel("layer")
+    if layers:
+        step = max(1, math.ceil(len(layers) / 24))
+        ax.set_xticks(layers[::step])
+
+
+def layer_curves(profile: list[dict], title: str) -> Any:
+    """Per-layer mixing ratio of the five measures (per-sequence means, as in the paper)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5.5), layout="constrained")
+    layers = sorted({int(r["layer"]) for r in profile})
+    for m in MEASURES:
+        pts = sorted((int(r["layer"]), 100 * r["seq_mean"]) for r in profile if r["measure"] == m)
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(
+                xs,
+                ys,
+                LINESTYLES[m],
+                marker="o",
+                color=COLORS[m],
+                label=LABELS[m],
+                linewidth=2,
+                markersize=5,
+            )
+    _layer_axis(ax, layers)
+    ax.set_ylabel("mixing ratio (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title)
+    fig.legend(loc="outside lower center", ncol=3, frameon=False)
+    return fig
+
+
+def token_type_heatmap(types: list[dict], profile: list[dict], title: str) -> Any:
+    """Token category × layer per-sequence mean ratio, one panel per measure (Figure 3)."""
+    import numpy as np
+
+    plt = pyplot()
+    layers = sorted({int(r["layer"]) for r in profile} | {int(r["layer"]) for r in types})
+    present = {r["category"] for r in types}
+    cats = [c for c in CATEGORIES if c in present] + ["overall"]
+    width = max(8.0, 2.5 + 0.55 * len(layers))
+    fig, axes = plt.subplots(
+        len(MEASURES),
+        1,
+        figsize=(width, 1.0 + len(MEASURES) * (0.45 * len(cats) + 0.9)),
+        layout="constrained",
+    )
+    col = {layer: k for k, layer in enumerate(layers)}
+    for ax, m in zip(np.atleast_1d(axes), MEASURES, strict=True):
+        grid = np.full((len(cats), len(layers)), np.nan)
+        for r in types:
+            if r["measure"] == m:
+                grid[cats.index(r["category"]), col[int(r["layer"])]] = 100 * r["seq_mean"]
+        for r in profile:
+            if r["measure"] == m:
+                grid[-1, col[int(r["layer"])]] = 100 * r["seq_mean"]
+        im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
+        finite = grid[np.isfinite(grid)]
+        mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+        if len(layers) <= 24:
+            for (i, j), v in np.ndenumerate(grid):
+                if np.isfinite(v):
+                    ax.text(
+                        j,
+                        i,
+                        f"{v:.0f}",
+                        ha="center",
+                        va="center",
+                        fontsize=10,
+                        color="black" if v > mid else "white",
+                    )
+        ax.set_yticks(range(len(cats)), [CATEGORY_LABELS[c] for c in cats])
+        step = max(1, math.ceil(len(layers) / 24))
+        ax.set_xticks(range(0, len(layers), step), [str(x) for x in layers[::step]])
+        ax.set_xlabel("layer")
+        ax.set_title(LABELS[m])
+        bar = fig.colorbar(im, ax=ax, pad=0.01, fraction=0.04)
+        bar.set_label("ratio (%)")
+    fig.suptitle(title)
+    return fig
+
+
+def _bin_centre(r: dict) -> float:
+    return math.sqrt(r["rank_lo"] * r["rank_hi"])
+
+
+def frequency(
+    bins: list[dict], sample: dict[str, Any], rho: list[dict], title: str, total: int | None = None
+) -> Any:
+    """Frequency rank vs layer-averaged ratio: sampled occurrences and bin means (Figure 4)."""
+    import numpy as np
+
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 3, figsize=(15, 9), layout="constrained")
+    flat = list(np.ravel(axes))
+    ranks = np.asarray(sample.get("freq_rank", []), dtype=float)
+    by_measure = {r["measure"]: r for r in rho}
+    for ax, m in zip(flat, MEASURES, strict=False):
+        if ranks.size:
+            ax.scatter(
+                ranks,
+                100 * np.asarray(sample[m], dtype=float),
+                s=6,
+                alpha=0.25,
+                color="#7f7f7f",
+                linewidths=0,
+                label="token occurrences",
+                rasterized=True,
+            )
+        pts = sorted((_bin_centre(r), 100 * r["mean"]) for r in bins if r["measure"] == m)
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, "-o", color=COLORS[m], linewidth=2, markersize=5, label="bin mean")
+        ax.set_xscale("log")
+        ax.set_xlabel("frequency rank (1 = most frequent, log scale)")
+        ax.set_ylabel("layer-averaged ratio (%)")
+        ax.set_ylim(0, 100)
+        ax.grid(True, alpha=0.3, which="both")
+        r = by_measure.get(m)
+        rho_text = ""
+        if r and r.get("rho_all") is not None:
+            rho_text = f"\nρ = {r['rho_all']:+.2f}"
+            if r.get("rho_no_special") is not None:
+                rho_text += f" (without [CLS]/[SEP]: {r['rho_no_special']:+.2f})"
+        ax.set_title(LABELS[m] + rho_text)
+    legend_ax = flat[len(MEASURES)]
+    legend_ax.axis("off")
+    handles, names = flat[0].get_legend_handles_labels()
+    if handles:
+        legend_ax.legend(handles, names, loc="center", frameon=False, markerscale=3)
+    n = int(ranks.size)
+    shown = (
+        f"all {n:,} occurrences" if not total or total <= n else f"{n:,} of {total:,} occurrences"
+    )
+    legend_ax.text(
+        0.5,
+        0.2,
+        f"{shown} shown\nρ: Spearman, frequency rank vs ratio,\nover every occurrence",
+        ha="center",
+        va="center",
+        transform=legend_ax.transAxes,
+    )
+    fig.suptitle(title)
+    return fig
+
+
+def checkpoint_trend(trend: list[dict], title: str) -> Any:
+    """Mean ratio vs training step: one line per layer and the all-layer mean, per measure."""
+    import numpy as np
+
+    plt = pyplot()
+    cmap = plt.get_cmap("viridis")
+    fig, axes = plt.subplots(2, 3, figsize=(15, 9), layout="constrained")
+    flat = list(np.ravel(axes))
+    layers = sorted({int(r["layer"]) for r in trend})
+    steps = sorted({int(r["step"]) for r in trend})
+    for ax, m in zip(flat, MEASURES, strict=False):
+        rows = [r for r in trend if r["measure"] == m]
+        for k, layer in enumerate(layers):
+            pts = sorted((int(r["step"]), 100 * r["mean"]) for r in rows if r["layer"] == layer)
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                shade = cmap(0.85 * k / max(1, len(layers) - 1))  # no pale yellow
+                ax.plot(
+                    xs, ys, "-o", color=shade, linewidth=1.2, markersize=3, label=f"layer {layer}"
+                )
+        overall = []
+        for s in steps:
+            at = [r for r in rows if int(r["step"]) == s]
+            total = sum(r["n"] for r in at)
+            if total:
+                overall.append((s, 100 * sum(r["mean"] * r["n"] for r in at) / total))
+        if overall:
+            xs, ys = zip(*overall, strict=True)
+            ax.plot(xs, ys, "-o", color="black", linewidth=2.5, label="all layers")
+        ax.set_title(LABELS[m])
+        if len(steps) <= 12:
+            ax.set_xticks(steps, [str(x) for x in steps], rotation=45 if len(steps) > 6 else 0)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("mean ratio (%)")
+        ax.grid(True, alpha=0.3)
+    legend_ax = flat[len(MEASURES)]
+    legend_ax.axis("off")
+    handles, names = flat[0].get_legend_handles_labels()
+    if handles:
+        legend_ax.legend(handles, names, loc="center", frameon=False, ncol=1 + len(names) // 14)
+    fig.suptitle(title)
+    return fig
+
+
+def contribution_maps(tokens: list[str], maps: dict[str, Any], layer: int, title: str) -> Any:
+    """‖P_ij‖ of one sequence at one layer (0-based index ``layer``), for the three norms."""
+    plt = pyplot()
+    n = len(tokens)
+    size = max(4.0, min(6.0, 0.13 * n + 0.8))  # inches per panel: ~15 px per token
+    fig, axes = plt.subplots(
+        1, len(PAIR_MEASURES), figsize=(3 * size + 1.5, 0.8 * size + 1.3), layout="constrained"
+    )
+    font = 9 if n <= 32 else (8 if n <= 40 else 6)
+    for ax, m in zip(axes, PAIR_MEASURES, strict=True):
+        im = ax.imshow(maps[m][layer], cmap="Reds", interpolation="nearest", vmin=0)
+        ax.set_xticks(range(n), tokens, rotation=90, fontsize=font)
+        ax.set_xlabel("source token j (gives)")
+        if ax is axes[0]:  # the rows are the same tokens in every panel
+            ax.set_yticks(range(n), tokens, fontsize=font)
+            ax.set_ylabel("target token i (receives)")
+        else:
+            ax.set_yticks([])
+        ax.set_title(f"{LABELS[m]}, layer {layer + 1}")
+        bar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
+        bar.set_label(r"$\|P_{ij}\|$")
+    fig.suptitle(title)
+    return fig
+
+
+def to_png(fig: Any) -> bytes:
+    """Render and close."""
+    import io
+
+    plt = pyplot()
+    buf = io.BytesIO()
+    try:
+        # constrained layout already fits everything: one draw instead of two
+        fig.savefig(buf, format="png", dpi=100, bbox_inches=None, pad_inches=0.1)
+    finally:
+        plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,306 @@
+"""`mixscope report`: a self-contained HTML page (or PNG files) built from real jobs' results."""
+
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from io import BytesIO
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from mixscope.cli import main
+from mixscope.config import load_spec
+from mixscope.report.build import SECTIONS
+from mixscope.runtime.driver import run_job
+from mixscope.sql.named import run_query
+from mixscope.sql.views import connect
+
+LINES = """The cat sat on the mat while the dog slept by the door.
+A quick brown fox jumps over the lazy dog in the morning.
+Researchers measured how much context each token mixes in.
+The river flows quietly through the old stone town.
+She opened the window and the cold air rushed into the room.
+Language models learn the statistics of words and sentences.
+The market was busy with traders selling fruit and fish.
+He read the letter twice before putting it in the drawer.
+Rain fell all night and the streets were flooded by dawn.
+The committee will meet again next week to discuss the plan.
+Birds sang in the trees as the sun rose over the hills.
+Every layer of the network adds a little more context.
+The children played football in the park after school.
+A small boat drifted slowly towards the distant island.
+The museum opened a new exhibition about ancient maps.
+Coffee and bread were served at the station cafe.
+The engineer checked the bridge for cracks and rust.
+Snow covered the mountains for most of the year.
+The old library holds thousands of rare books.
+Music filled the hall as the orchestra began to play.
+"""
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _job(model: str, corpus: Path, out: Path, name: str, step: int | None = None) -> str:
+    overrides = {
+        "name": name,
+        "model": model,
+        "corpus.paths": [str(corpus)],
+        "corpus.pairs": True,  # [CLS] A [SEP] B [SEP]: cls, sep, mask and normal tokens
+        "analysis.mask_rate": 0.12,
+        "analysis.max_length": 64,
+        "runtime.executor": "local",
+        "runtime.docs_per_shard": 4,
+        "out": str(out),
+    }
+    if step is not None:
+        overrides["step"] = step
+    summary = run_job(load_spec(None, overrides), show_progress=False)
+    assert summary.status == "complete"
+    return summary.run_id
+
+
+@pytest.fixture(scope="module")
+def roots(tiny_bert_dir, tmp_path_factory):
+    """One results root with one run, and one with three checkpoints (steps 100, 200, 300)."""
+    import torch
+
+    from tiny_models import build
+
+    base = tmp_path_factory.mktemp("report")
+    corpus = base / "corpus.txt"
+    corpus.write_text(LINES, encoding="utf-8")
+    single = _job(tiny_bert_dir, corpus, base / "single", "tiny")
+    steps = {}
+    for seed, step in enumerate((100, 200, 300), start=1):
+        ckpt = base / "checkpoints" / f"checkpoint-{step}"  # different weights: different runs
+        model, tok = build("bert", torch.float32, seed=seed)
+        model.save_pretrained(ckpt)
+        tok.save_pretrained(ckpt)
+        steps[step] = _job(str(ckpt), corpus, base / "trend", "sweep", step=step)
+    return {
+        "base": base,
+        "single": base / "single",
+        "single_run": single,
+        "trend": base / "trend",
+        "steps": steps,
+    }
+
+
+def _report(*args: str):
+    return CliRunner().invoke(main, ["report", *map(str, args)], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def trend_html(roots):
+    out = roots["base"] / "trend.html"
+    result = _report(roots["trend"], "-o", out)
+    assert result.exit_code == 0, result.output
+    return out.read_text(encoding="utf-8")
+
+
+class _Page(HTMLParser):
+    """Headings, every src/href, images, and the summary table's cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headings: list[str] = []
+        self.links: list[str] = []
+        self.images: list[str] = []
+        self.summary: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self._heading: str | None = None
+        self._row: tuple[str, str] | None = None
+        self._cell: str | None = None
+        self._text = ""
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for key in ("src", "href"):
+            if key in a:
+                self.links.append(a[key])
+        if tag == "img":
+            self.images.append(a["src"])
+        if tag in ("h2", "h3"):
+            self._heading, self._text = tag, ""
+        if tag == "tr" and "data-measure" in a:
+            self._row = (a["data-run"], a["data-measure"])
+            self.summary[self._row] = []
+        if tag == "td" and self._row and "data-value" in a:
+            self._cell, self._text = a["data-value"], ""
+
+    def handle_data(self, data):
+        self._text += data
+
+    def handle_endtag(self, tag):
+        if tag == self._heading:
+            self.headings.append(self._text.strip())
+            self._heading = None
+        if tag == "td" and self._cell is not None:
+            self.summary[self._row].append((self._cell, self._text.strip()))
+            self._cell = None
+        if tag == "tr":
+            self._row = None
+
+
+def _parse(text: str) -> _Page:
+    page = _Page()
+    page.feed(text)
+    return page
+
+
+def _png(data: bytes):
+    from PIL import Image
+
+    assert data.startswith(PNG_SIGNATURE)
+    image = Image.open(BytesIO(data))
+    image.load()
+    return image
+
+
+def test_html_is_self_contained_with_every_section(trend_html):
+    page = _parse(trend_html)
+    assert all(h in page.headings for h in SECTIONS.values()), page.headings
+    external = [x for x in page.links if not x.startswith(("data:", "#"))]
+    assert not external
+    assert not re.search(r"<link|<script|url\(|@import", trend_html)
+    # per run: layer curves, token types, frequency; one trend; 3 runs x 2 layers of maps
+    assert len(page.images) == 3 * 3 + 1 + 3 * 2
+    for src in page.images:
+        head, data = src.split(",", 1)
+        assert head == "data:image/png;base64"
+        image = _png(base64.b64decode(data))
+        assert image.width > 300 and image.height > 200
+        assert len(np.unique(np.asarray(image.convert("L")))) > 10  # not a blank canvas
+    assert "no trend to show" not in trend_html
+
+
+def test_summary_numbers_equal_the_summary_query(roots, trend_html):
+    page = _parse(trend_html)
+    rows = run_query(connect(str(roots["trend"])), "summary").fetchall()
+    assert len(rows) == 3 * 5 and set(page.summary) == {(r[0], r[1]) for r in rows}
+    for run_id, measure, mean, top, low, n in rows:
+        cells = page.summary[(run_id, measure)]
+        assert [float(v) for v, _ in cells[:3]] == [mean, top, low]
+        assert [t for _, t in cells[:3]] == [f"{100 * x:.2f}" for x in (mean, top, low)]
+        assert int(cells[3][0]) == n
+
+
+def test_run_option_restricts_the_report(roots, tmp_path):
+    keep = roots["steps"][200]
+    out = tmp_path / "one.html"
+    result = _report(roots["trend"], "--run", keep, "--no-examples", "-o", out)
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    page = _parse(text)
+    assert {run for run, _ in page.summary} == {keep}
+    assert all(r not in text for s, r in roots["steps"].items() if s != 200)
+    assert len(page.images) == 3 and "no trend to show" in text  # one step: no trend
+
+
+def test_png_format_writes_one_file_per_plot(roots, tmp_path):
+    out = tmp_path / "plots"
+    result = _report(roots["single"], "--format", "png", "-o", out)
+    assert result.exit_code == 0, result.output
+    run = roots["single_run"]
+    names = {p.name for p in out.iterdir()}
+    plots = {f"{k}-{run}.png" for k in ("layers", "token_types", "frequency")}
+    plots |= {f"contributions-{run}-layer{k:02d}.png" for k in (1, 2)}
+    assert names == plots | {"summary.csv"}
+    for name in plots:
+        _png((out / name).read_bytes())
+
+
+def test_example_sequence_is_the_runs_first_document(roots):
+    from mixscope.report.example import example_for
+    from mixscope.store.layout import Layout
+    from mixscope.store.runs import read_run
+
+    run = roots["single_run"]
+    ex = example_for(str(roots["single"]), read_run(Layout.open(str(roots["single"])), run))
+    assert ex.error is None and ex.doc_id == 0 and not ex.truncated
+    stored = (
+        connect(str(roots["single"]))
+        .sql(
+            "SELECT token FROM tokens WHERE doc_id = 0 AND segment = 0 AND layer = 1 "
+            "ORDER BY position"
+        )
+        .fetchall()
+    )
+    assert ex.tokens == [t for (t,) in stored]  # same text, same masks as in the run
+    n = len(ex.tokens)
+    assert {m: a.shape for m, a in ex.maps.items()} == {
+        m: (2, n, n) for m in ("attn_n", "attnres_n", "attnresln_n")
+    }
+
+
+def test_unloadable_model_is_a_note_not_a_failure(roots, tmp_path, monkeypatch):
+    import mixscope.store.runs as runs
+
+    real = runs.list_runs
+
+    def hub_model(layout):  # the run's model is a hub id that cannot be fetched offline
+        out = real(layout)
+        for r in out:
+            r["spec"]["model"] = "no-such-org/no-such-model"
+        return out
+
+    monkeypatch.setattr(runs, "list_runs", hub_model)
+    out = tmp_path / "r.html"
+    result = _report(roots["single"], "-o", out)
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    note = re.search(r"No contribution maps for this run: ([^<]*)</p>", text)
+    assert note and "no-such-org/no-such-model" in note.group(1), note
+    assert len(_parse(text).images) == 3 and "\n" not in note.group(1)
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "unknown-run"])
+def test_clear_one_line_errors(roots, tmp_path, case):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = {
+        "missing": [tmp_path / "nope"],
+        "empty": [empty],
+        "unknown-run": [roots["single"], "--run", "0123456789abcdef"],
+    }[case]
+    result = _report(*args, "-o", tmp_path / "r.html")
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
+def test_renders_in_headless_chromium(roots, trend_html):
+    shot = roots["base"] / "screenshot.png"
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                f"--screenshot={shot}",
+                "--window-size=1400,4000",
+                (roots["base"] / "trend.html").as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+    pixels = np.asarray(_png(shot.read_bytes()).convert("RGB"))
+    assert pixels.shape[:2] == (4000, 1400)
+    colours = np.unique(pixels.reshape(-1, 3), axis=0)
+    assert len(colours) > 200  # text, tables and plots, not one colour
+    ink = (pixels.min(axis=2) < 200).any(axis=1)  # rows with anything darker than the page
+    assert ink[:800].mean() > 0.2 and ink[2000:].mean() > 0.2  # content top and bottom
