@@ -79,12 +79,20 @@ def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     with tempfile.TemporaryDirectory(prefix="mixscope-submit-") as tmp:
         (Path(tmp) / "job.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
-        client.submit_job(
-            entrypoint="mixscope run job.yaml --no-progress",
-            submission_id=chosen,
-            runtime_env={"working_dir": tmp, "env_vars": env},
-            metadata={"mixscope_job": spec.name},
-        )
+        deadline = time.time() + 60
+        while True:  # a head that has just started takes a moment to get its job agent
+            try:
+                client.submit_job(
+                    entrypoint="mixscope run job.yaml --no-progress",
+                    submission_id=chosen,
+                    runtime_env={"working_dir": tmp, "env_vars": env},
+                    metadata={"mixscope_job": spec.name},
+                )
+                break
+            except RuntimeError as exc:
+                if "No available agent" not in str(exc) or time.time() > deadline:
+                    raise
+                time.sleep(2)
     echo(f"submitted {chosen} to {address}", err=True)
     return _follow(client, chosen, echo) if wait else 0
 

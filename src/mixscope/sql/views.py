@@ -33,6 +33,9 @@ SELECT * FROM (SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS doc_id, NULL::INT
 CLS_TOKENS = ("[CLS]", "<s>", "<cls>", "<|begin_of_text|>", "<bos>")
 SEP_TOKENS = ("[SEP]", "</s>", "<sep>", "<|endoftext|>", "<|end_of_text|>", "<eos>")
 
+# run ids are hex: an all-digit one must not be inferred as a number
+HIVE = "hive_partitioning = true, hive_types = {'run_id': VARCHAR}"
+
 RUN_COLUMNS = """run_id VARCHAR, name VARCHAR, model VARCHAR, checkpoint_path VARCHAR,
   revision VARCHAR, model_fingerprint VARCHAR, step BIGINT, corpus VARCHAR,
   corpus_fingerprint VARCHAR, n_docs BIGINT, options VARCHAR, status VARCHAR,
@@ -110,11 +113,7 @@ def connect(
         f"WHEN token IN ({cls}) THEN 'cls' WHEN token IN ({sep}) THEN 'sep' "
         "ELSE 'other_special' END"
     )
-    source = (
-        f"read_parquet({_sql_list(tokens)}, hive_partitioning = true)"
-        if tokens
-        else f"({EMPTY_TOKENS})"
-    )
+    source = f"read_parquet({_sql_list(tokens)}, {HIVE})" if tokens else f"({EMPTY_TOKENS})"
     con.execute(f"CREATE VIEW tokens AS SELECT *, {category} AS category FROM {source}")
 
     parts = []
@@ -122,7 +121,7 @@ def connect(
         parts.append(
             "SELECT run_id, NULL::VARCHAR AS reference, token_id, any_value(token) AS token, "
             f"sum(count)::BIGINT AS count FROM read_parquet({_sql_list(freqs)}, "
-            "hive_partitioning = true) GROUP BY run_id, token_id"
+            f"{HIVE}) GROUP BY run_id, token_id"
         )
     for name, path in refs.items():
         parts.append(

@@ -83,6 +83,17 @@ class Layout:
     def failure_file(self, run_id: str, shard_id: int) -> str:
         return f"{self.run_dir(run_id)}/failures/{shard_id:06d}.json"
 
+    def relative(self, path: str) -> str:
+        """``path`` relative to the root, as commit records store it (a root can be moved)."""
+        prefix = self.base.rstrip("/") + "/"
+        return path[len(prefix) :] if path.startswith(prefix) else path
+
+    def absolute(self, path: str) -> str:
+        """A path from a commit record, under this root (absolute ones from old records too)."""
+        if path.startswith("/") or "://" in path:
+            return path
+        return f"{self.base}/{path}"
+
     # -- small atomic primitives -------------------------------------------------------
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:

@@ -53,5 +53,5 @@ def committed_files(layout: Layout, kind: str, run_ids: list[str] | None = None)
         for rec in commits(layout, run_id).values():
             path = rec.get("files", {}).get(kind, {}).get("path")
             if path:
-                files.append(path)
+                files.append(layout.absolute(path))
     return sorted(files)

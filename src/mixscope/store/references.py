@@ -21,6 +21,7 @@ from mixscope.store.writer import write_parquet
 REFERENCE_SCHEMA = pa.schema(
     [("token_id", pa.int32()), ("token", pa.string()), ("count", pa.int64())]
 )
+COUNT_TOKEN_LINE = re.compile(r"^\s*\d+ +\S")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -81,7 +82,8 @@ def read_reference(path: str) -> pa.Table:
         return _from_columns(pq.read_table(p), path)
     head = p.read_text(encoding="utf-8", errors="replace").splitlines()[:1]
     first = head[0] if head else ""
-    if "," in first or "\t" in first:
+    # 'count token' lines first: the top line of `uniq -c | sort -rn` is often the token ','
+    if not COUNT_TOKEN_LINE.match(first) and ("," in first or "\t" in first):
         import pyarrow.csv as pcsv
 
         delimiter = "\t" if "\t" in first else ","

@@ -28,7 +28,7 @@ def write_parquet(layout: Layout, path: str, table: pa.Table) -> dict:
     data = parquet_bytes(table)
     layout.write_bytes_atomic(path, data)
     return {
-        "path": path,
+        "path": layout.relative(path),
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
         "rows": table.num_rows,
