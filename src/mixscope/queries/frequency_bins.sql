@@ -5,27 +5,9 @@
 -- param: bins_per_decade = 4 | bins per factor of 10 in frequency rank
 -- columns: run_id, measure, bin, rank_lo, rank_hi, mean, n
 -- Bin b holds ranks in [10^(b/k), 10^((b+1)/k)) for k = bins_per_decade.
-WITH occurrences AS (
-    SELECT run_id, doc_id, segment, position,
-        any_value(token_id) AS token_id, any_value(token) AS token,
-        avg(attn_w) AS attn_w, avg(attn_n) AS attn_n, avg(attnres_w) AS attnres_w,
-        avg(attnres_n) AS attnres_n, avg(attnresln_n) AS attnresln_n
-    FROM tokens
+WITH with_rank AS (
+    SELECT * FROM ranked_occurrences($reference)   -- helper macro of the views
     WHERE $run_id IS NULL OR run_id = $run_id
-    GROUP BY run_id, doc_id, segment, position
-),
-with_rank AS (
-    SELECT o.*, f.rank AS freq_rank
-    FROM occurrences o JOIN frequencies f ON f.run_id = o.run_id AND f.token_id = o.token_id
-    WHERE $reference IS NULL
-    UNION ALL
-    SELECT o.*, f.rank
-    FROM occurrences o JOIN frequencies f ON f.token_id = o.token_id
-    WHERE f.reference = $reference AND f.token_id IS NOT NULL
-    UNION ALL
-    SELECT o.*, f.rank
-    FROM occurrences o JOIN frequencies f ON f.token = o.token
-    WHERE f.reference = $reference AND f.token_id IS NULL
 ),
 binned AS (
     SELECT *, floor(log10(freq_rank) * $bins_per_decade)::INTEGER AS bin FROM with_rank

@@ -5,27 +5,9 @@
 -- columns: run_id, measure, rho_all, rho_no_special, n
 -- Spearman = Pearson correlation of average ranks (ties share the mean of their ranks).
 -- Tokens missing from a reference table are left out.
-WITH occurrences AS (
-    SELECT run_id, doc_id, segment, position,
-        any_value(token_id) AS token_id, any_value(token) AS token, any_value(category) AS category,
-        avg(attn_w) AS attn_w, avg(attn_n) AS attn_n, avg(attnres_w) AS attnres_w,
-        avg(attnres_n) AS attnres_n, avg(attnresln_n) AS attnresln_n
-    FROM tokens
+WITH with_rank AS (
+    SELECT * FROM ranked_occurrences($reference)   -- helper macro of the views
     WHERE $run_id IS NULL OR run_id = $run_id
-    GROUP BY run_id, doc_id, segment, position
-),
-with_rank AS (
-    SELECT o.*, f.rank AS freq_rank          -- the run's own counts
-    FROM occurrences o JOIN frequencies f ON f.run_id = o.run_id AND f.token_id = o.token_id
-    WHERE $reference IS NULL
-    UNION ALL
-    SELECT o.*, f.rank                       -- a reference keyed by token id
-    FROM occurrences o JOIN frequencies f ON f.token_id = o.token_id
-    WHERE f.reference = $reference AND f.token_id IS NOT NULL
-    UNION ALL
-    SELECT o.*, f.rank                       -- a reference keyed by token string
-    FROM occurrences o JOIN frequencies f ON f.token = o.token
-    WHERE f.reference = $reference AND f.token_id IS NULL
 ),
 long AS (
     UNPIVOT with_rank

@@ -44,31 +44,9 @@ def runs_with_rows(con: Any) -> set[str]:
 
 
 _SAMPLE = """
-WITH occurrences AS (
-    SELECT run_id, doc_id, segment, position,
-        any_value(token_id) AS token_id, any_value(token) AS token,
-        any_value(category) AS category,
-        avg(attn_w) AS attn_w, avg(attn_n) AS attn_n, avg(attnres_w) AS attnres_w,
-        avg(attnres_n) AS attnres_n, avg(attnresln_n) AS attnresln_n
-    FROM tokens
-    WHERE run_id = $run_id
-    GROUP BY run_id, doc_id, segment, position
-),
-with_rank AS (
-    SELECT o.*, f.rank AS freq_rank
-    FROM occurrences o JOIN frequencies f ON f.run_id = o.run_id AND f.token_id = o.token_id
-    WHERE $reference IS NULL
-    UNION ALL
-    SELECT o.*, f.rank
-    FROM occurrences o JOIN frequencies f ON f.token_id = o.token_id
-    WHERE f.reference = $reference AND f.token_id IS NOT NULL
-    UNION ALL
-    SELECT o.*, f.rank
-    FROM occurrences o JOIN frequencies f ON f.token = o.token
-    WHERE f.reference = $reference AND f.token_id IS NULL
-)
 SELECT freq_rank, category, attn_w, attn_n, attnres_w, attnres_n, attnresln_n
-FROM with_rank
+FROM ranked_occurrences($reference)
+WHERE run_id = $run_id
 USING SAMPLE reservoir({limit} ROWS) REPEATABLE (0)
 """
 

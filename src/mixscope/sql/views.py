@@ -43,6 +43,37 @@ RUN_COLUMNS = """run_id VARCHAR, name VARCHAR, model VARCHAR, checkpoint_path VA
   created_at TIMESTAMP, updated_at TIMESTAMP"""
 
 
+# One row per token occurrence: the five measures averaged over the layers (the unit of the
+# paper's frequency analysis).
+OCCURRENCES = """
+CREATE VIEW occurrences AS
+SELECT run_id, doc_id, segment, position,
+    any_value(token_id) AS token_id, any_value(token) AS token, any_value(category) AS category,
+    avg(attn_w) AS attn_w, avg(attn_n) AS attn_n, avg(attnres_w) AS attnres_w,
+    avg(attnres_n) AS attnres_n, avg(attnresln_n) AS attnresln_n
+FROM tokens
+GROUP BY run_id, doc_id, segment, position
+"""
+
+# occurrences with the frequency rank of their token: the run's own corpus counts when
+# ``ref`` is NULL, else the imported reference table ``ref`` (keyed by token id, or by token
+# string when the reference has no ids); tokens missing from a reference are left out.
+RANKED_OCCURRENCES = """
+CREATE MACRO ranked_occurrences(ref) AS TABLE
+SELECT o.*, f.rank AS freq_rank
+FROM occurrences o JOIN frequencies f ON f.run_id = o.run_id AND f.token_id = o.token_id
+WHERE ref IS NULL
+UNION ALL
+SELECT o.*, f.rank
+FROM occurrences o JOIN frequencies f ON f.token_id = o.token_id
+WHERE f.reference = ref AND f.token_id IS NOT NULL
+UNION ALL
+SELECT o.*, f.rank
+FROM occurrences o JOIN frequencies f ON f.token = o.token
+WHERE f.reference = ref AND f.token_id IS NULL
+"""
+
+
 def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
@@ -137,6 +168,9 @@ def connect(
         "CREATE VIEW frequencies AS SELECT *, rank() OVER (PARTITION BY run_id, reference "
         f"ORDER BY count DESC) AS rank FROM ({' UNION ALL '.join(parts)})"
     )
+
+    con.execute(OCCURRENCES)
+    con.execute(RANKED_OCCURRENCES)
 
     runs = [r for r in list_runs(layout) if run_ids is None or r["run_id"] in run_ids]
     con.execute(f"CREATE TABLE runs ({RUN_COLUMNS})")
