@@ -126,25 +126,19 @@ def main() -> None:
         ray.shutdown()
 
     med = {k: sorted(v)[len(v) // 2] for k, v in results.items()}
-    print(
-        f"corpus: {args.docs} WikiText-2 paragraphs, {tokens:,} tokens, {rows:,} token-layer rows"
-    )
-    print(
-        f"model: {args.model}, max_length {args.max_length}, batch {args.batch_size}, 1 thread per worker"
-    )
+    over = med["run 1 actor"] / med["in-process"]
+    scale = med["run 2 actors"] / (2 * med["run 1 actor"])
+    print(f"corpus: {args.docs} WikiText-2 paragraphs, {tokens:,} tokens, {rows:,} rows")
+    print(f"model: {args.model}, max_length {args.max_length}, batch {args.batch_size}, 1 thread")
     print()
     print(f"{'configuration':<28}{'tokens/s':>12}")
     for k, v in med.items():
         print(f"{k:<28}{v:>12,.0f}")
     print()
     print("ratios")
-    print(
-        f"  pipeline overhead  run(1 actor) / in-process      {med['run 1 actor'] / med['in-process']:.3f}  (goal >= 0.9)"
-    )
-    print(
-        f"  scaling efficiency run(2) / (2 x run(1))          {med['run 2 actors'] / (2 * med['run 1 actor']):.3f}  (goal >= 0.9)"
-    )
-    print(f"  bytes on disk per token-layer row                 {bytes_on_disk / rows:.2f}")
+    print(f"  pipeline overhead   run(1 actor) / in-process   {over:.3f}  (goal >= 0.9)")
+    print(f"  scaling efficiency  run(2) / (2 x run(1))       {scale:.3f}  (goal >= 0.9)")
+    print(f"  bytes on disk per token-layer row               {bytes_on_disk / rows:.2f}")
 
 
 if __name__ == "__main__":
