@@ -20,6 +20,9 @@ every sequence exactly ``n`` tokens, no padding.
     python benchmarks/engine.py                 # MiniLM-L6, CPU, ~2-3 minutes
     python benchmarks/engine.py --quick         # smoke test
     python benchmarks/engine.py --random-config base --device cuda --batch-size 32
+    python benchmarks/engine.py --decoder gpt2      # random GPT-2 small: time at 1×512,
+    python benchmarks/engine.py --decoder llama     #   memory at n = 256 … 2048 (~5 min CPU)
+    python benchmarks/engine.py --decoder llama-1b --device cuda --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -95,8 +98,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="build a randomly initialized BERT of this size instead of loading weights",
     )
     p.add_argument("--corpus", type=Path, default=WIKITEXT, help="WikiText-style text file")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument(
+        "--decoder",
+        choices=sorted(DECODER_CONFIGS),
+        default=None,
+        help="benchmark a random pre-LN decoder of this shape instead (memory up to n=2048)",
+    )
+    p.add_argument("--dtype", default=None, help="decoder weights dtype (e.g. bfloat16 on GPU)")
+    p.add_argument("--batch-size", type=int, default=None, help="default 8 (decoders: 1)")
+    p.add_argument("--seq-len", type=int, default=None, help="default 128 (decoders: 512)")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions (default 15)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda")
@@ -112,14 +122,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", default=None, help="also write all numbers to this file")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    decoder = args.decoder is not None
+    if args.batch_size is None:
+        args.batch_size = 1 if decoder else 8
+    if args.seq_len is None:
+        args.seq_len = (128 if args.quick else 512) if decoder else 128
     if args.reps is None:
-        args.reps = 3 if args.quick else 15
+        args.reps = (2 if args.quick else 5) if decoder else (3 if args.quick else 15)
     if args.naive_batch is None:
         args.naive_batch = 1 if args.quick else 2
     if args.mem_batch is None:
-        args.mem_batch = 2 if args.quick else 4
+        args.mem_batch = 1 if decoder else (2 if args.quick else 4)
     if args.mem_seq_lens is None:
-        args.mem_seq_lens = "128" if args.quick else "128,256,512"
+        if decoder:
+            args.mem_seq_lens = "256" if args.quick else "256,512,1024,2048"
+        else:
+            args.mem_seq_lens = "128" if args.quick else "128,256,512"
     args.mem_seq_lens = [int(s) for s in str(args.mem_seq_lens).split(",") if s.strip()]
     if args.threads is None:
         args.threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
@@ -537,6 +555,263 @@ def memory_cuda(args: argparse.Namespace, loaded: Any, engine: Any) -> list[dict
     return rows
 
 
+# --------------------------------------------------------------------------- decoders
+
+#: random pre-LN decoder configurations for --decoder (no download needed)
+DECODER_CONFIGS: dict[str, dict[str, Any]] = {
+    # GPT-2 small (124M) with 2048 learned positions so n can reach 2048
+    "gpt2": {
+        "model_type": "gpt2",
+        "n_embd": 768,
+        "n_layer": 12,
+        "n_head": 12,
+        "n_positions": 2048,
+        "vocab_size": 50257,
+    },
+    # Llama-shaped (RMSNorm, rotary, SwiGLU, grouped-query 16:4) at a CPU-friendly ~0.1B
+    "llama": {
+        "model_type": "llama",
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 4096,
+        "vocab_size": 32000,
+    },
+    # 1B class, Llama-3.2-1B shape (for a GPU, with --dtype bfloat16)
+    "llama-1b": {
+        "model_type": "llama",
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 4096,
+        "vocab_size": 128256,
+        "tie_word_embeddings": True,
+    },
+}
+
+
+def build_decoder(name: str, device: torch.device, dtype: str | None) -> Any:
+    """A ``LoadedModel`` of a randomly initialized decoder (eager attention)."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from mixscope.models.loading import load
+
+    spec = dict(DECODER_CONFIGS[name])
+    config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config, attn_implementation="eager")
+    # MiniLM's WordPiece ids (< 30522) are valid in every vocabulary above; with random
+    # weights what matters is the shape, and real text keeps the attention non-uniform
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    tokenizer.model_max_length = config.max_position_embeddings  # not BERT's 512
+    loaded = load((model, tokenizer), device=device, dtype=dtype)
+    loaded.model.eval()
+    return loaded
+
+
+def decoder_memory_child(args: argparse.Namespace) -> None:
+    """One (mode, n, batch) of a decoder in a fresh process: a JSON line with the peak."""
+    import transformers
+
+    from mixscope.mixing.engine import MixingEngine
+
+    mode, n, batch = args.memory_child.split(":")
+    n, batch = int(n), int(batch)
+    torch.set_num_threads(args.threads)
+    transformers.utils.logging.disable_progress_bar()
+    loaded = build_decoder(args.decoder, torch.device("cpu"), args.dtype)
+    inputs, _ = real_batch(loaded.tokenizer, batch, n)
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    if mode == "forward":
+        model = loaded.model
+
+        def fn():
+            return model(input_ids=ids, attention_mask=mask, use_cache=False)
+    else:
+        engine = MixingEngine(loaded)
+
+        def fn():
+            return engine.run(ids, mask)
+
+    with torch.inference_mode():
+        fn()
+        gc.collect()
+        base = current_rss()
+        with RssSampler() as sampler:
+            out = fn()
+        del out
+    print(json.dumps({"mode": mode, "n": n, "peak_increase_mb": (sampler.peak - base) / 2**20}))
+
+
+def decoder_memory_cpu(args: argparse.Namespace) -> list[dict[str, Any]]:
+    env = {**os.environ, **MALLOC_ENV, "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, os.path.abspath(__file__), "--threads", str(args.threads)]
+    cmd += ["--decoder", args.decoder, "--corpus", str(args.corpus)]
+    cmd += ["--dtype", args.dtype] if args.dtype else []
+    rows = []
+    for n in args.mem_seq_lens:
+        row: dict[str, Any] = {"n": n, "batch": args.mem_batch}
+        for mode in ("forward", "engine"):
+            child = [*cmd, "--_memory-child", f"{mode}:{n}:{args.mem_batch}"]
+            res = subprocess.run(child, env=env, capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                raise SystemExit(f"memory child {mode} n={n} failed:\n{res.stderr[-3000:]}")
+            row[mode] = json.loads(res.stdout.strip().splitlines()[-1])["peak_increase_mb"]
+        rows.append(row)
+    return rows
+
+
+def decoder_memory_cuda(args: argparse.Namespace, loaded: Any, engine: Any) -> list[dict]:
+    device = next(loaded.model.parameters()).device
+    rows = []
+    for n in args.mem_seq_lens:
+        inputs, _ = real_batch(loaded.tokenizer, args.mem_batch, n)
+        ids, mask = inputs["input_ids"].to(device), inputs["attention_mask"].to(device)
+        fns = {
+            "forward": lambda ids=ids, mask=mask: loaded.model(
+                input_ids=ids, attention_mask=mask, use_cache=False
+            ),
+            "engine": lambda ids=ids, mask=mask: engine.run(ids, mask),
+        }
+        row: dict[str, Any] = {"n": n, "batch": args.mem_batch}
+        for mode, fn in fns.items():
+            with torch.inference_mode():
+                fn()
+                torch.cuda.synchronize()
+                gc.collect()
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                out = fn()
+                torch.cuda.synchronize()
+                row[mode] = (torch.cuda.max_memory_allocated() - base) / 2**20
+                del out
+        rows.append(row)
+    return rows
+
+
+def main_decoder(args: argparse.Namespace) -> dict[str, Any]:
+    """Forward vs engine vs analyze and peak memory vs n for one random decoder config."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+
+    import mixscope
+    from mixscope.mixing.engine import MixingEngine
+
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    sync = synchronizer(device)
+    t_start = time.perf_counter()
+    mem_rows: list[dict[str, Any]] = []
+    if not args.no_memory and device.type == "cpu":
+        progress(f"memory: fresh subprocesses, n = {args.mem_seq_lens}", t_start)
+        mem_rows = decoder_memory_cpu(args)
+    progress(f"building a random {args.decoder}", t_start)
+    loaded = build_decoder(args.decoder, device, args.dtype)
+    model, tok = loaded.model, loaded.tokenizer
+    cfg = model.config
+    engine = MixingEngine(loaded)
+    B, n = args.batch_size, args.seq_len
+    inputs_cpu, texts = real_batch(tok, B, n)
+    ids = inputs_cpu["input_ids"].to(device)
+    mask = inputs_cpu["attention_mask"].to(device)
+
+    def forward():
+        return model(input_ids=ids, attention_mask=mask, use_cache=False)
+
+    def run_engine():
+        return engine.run(ids, mask)
+
+    def run_analyze():
+        return mixscope.analyze((model, tok), texts, max_length=n, batch_size=B, device=device)
+
+    methods = {"forward": forward, "engine": run_engine, "analyze": run_analyze}
+    progress(f"timing forward / engine / analyze at {B}×{n}", t_start)
+    with torch.inference_mode():
+        times = interleaved(methods, args.reps, sync, warmup=1)
+    if not args.no_memory and device.type == "cuda":
+        mem_rows = decoder_memory_cuda(args, loaded, engine)
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    if device.type == "cuda":
+        where = torch.cuda.get_device_name(device)
+    else:
+        where = f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    heads = cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    print("mixscope engine benchmark: pre-LN decoder")
+    print(f"  model    random {args.decoder}: {cfg.model_type}, {cfg.num_hidden_layers} layers, "
+          f"hidden {cfg.hidden_size}, {heads} heads ({kv} key/value), "
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.0f}M params, "
+          f"{next(model.parameters()).dtype}, attn_implementation=eager")  # fmt: skip
+    print(f"  machine  {where}, torch {torch.__version__} ({args.threads} threads), "
+          f"transformers {transformers.__version__}")  # fmt: skip
+    print(f"  data     {args.corpus} lines as WordPiece ids, every sequence exactly n tokens")
+    print(f"  timing   interleaved, order rotating, {args.reps} reps, median, IQR")
+    print()
+    widths = [40, 9, 10, 9, 17, 11]
+    print(fmt_row(["timing", "batch×n", "median ms", "min ms", "IQR ms", "tokens/s"], widths))
+    print("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    for label, key in (
+        ("forward, eager  model(...)", "forward"),
+        ("engine.run  (5 measures)", "engine"),
+        ("analyze() end to end", "analyze"),
+    ):
+        lo, hi = quartiles(times[key])
+        m = med[key]
+        print(fmt_row([label, f"{B}×{n}", f"{m * 1e3:.0f}", f"{min(times[key]) * 1e3:.0f}",
+                       f"{lo * 1e3:.0f}–{hi * 1e3:.0f}", f"{B * n / m:,.0f}"], widths))  # fmt: skip
+    ratio = med["engine"] / med["forward"]
+    verdict = "OK" if ratio <= 1.25 else ("above goal" if ratio < 1.5 else "FAIL (≥ 1.5×)")
+    r_min = min(times["engine"]) / min(times["forward"])
+    print(f"  engine / forward {ratio:.2f}× (paired "
+          f"{paired_ratio(times['engine'], times['forward']):.2f}×, of minima {r_min:.2f}×; "
+          f"goal ≤ 1.25×: {verdict}); analyze / forward "
+          f"{med['analyze'] / med['forward']:.2f}×")  # fmt: skip
+    if mem_rows:
+        how = (
+            "torch.cuda.max_memory_allocated above the loaded model"
+            if device.type == "cuda"
+            else "peak RSS increase over the loaded model, fresh subprocess each"
+        )
+        print()
+        print(f"peak memory, batch {args.mem_batch}: {how}")
+        mw = [6, 12, 11, 15, 11, 17]
+        print(fmt_row(["n", "forward MiB", "engine MiB", "engine/forward", "engine−fwd",
+                       "attn probs/layer"], mw))  # fmt: skip
+        print("-" * (sum(mw) + 2 * (len(mw) - 1)))
+        for r in mem_rows:
+            probs = r["batch"] * heads * r["n"] ** 2 * 4 / 2**20
+            cells = [
+                str(r["n"]),
+                f"{r['forward']:.1f}",
+                f"{r['engine']:.1f}",
+                f"{r['engine'] / r['forward']:.2f}×",
+                f"{r['engine'] - r['forward']:+.1f}",
+                f"{probs:.0f} MiB",
+            ]
+            print(fmt_row(cells, mw))
+    print(f"\n(total {time.perf_counter() - t_start:.0f} s)")
+    results = {
+        "model": f"random {args.decoder}",
+        "device": str(device),
+        "threads": args.threads,
+        "batch": B,
+        "seq_len": n,
+        "times_s": times,
+        "memory_mb": mem_rows,
+        "engine_over_forward": ratio,
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return results
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -562,6 +837,11 @@ def fmt_row(cells: list[str], widths: list[int]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.decoder is not None:  # pre-LN decoders: their own section below
+        if args.memory_child:
+            decoder_memory_child(args)
+            return {}
+        return main_decoder(args)
     if args.memory_child:
         memory_child(args)
         return {}
