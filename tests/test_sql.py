@@ -841,6 +841,10 @@ def test_parameters_are_values_not_sql(synth_root):
             choices = [params] if name == "compare_runs" else [[p] for p in params] + [params]
             for chosen in choices:
                 given = {p: value for p in chosen}
+                if "reference" in given:  # a value: no such table, said so (not run as SQL)
+                    with pytest.raises(MixscopeError, match="no reference frequency table"):
+                        run_query(con, name, given)
+                    continue
                 assert run_query(con, name, given).fetchall() == [], (name, given)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == len(synth_root["runs"])
     assert con.execute("SELECT count(*) FROM tokens").fetchone()[0] == n_tokens
@@ -1311,3 +1315,9 @@ def test_count_token_file_starting_with_a_comma(tmp_path):
         "SELECT token, count, rank FROM frequencies WHERE reference = 'c' ORDER BY rank"
     )
     assert got.fetchall() == [(",", 9120, 1), ("the", 8000, 2), ("cat", 12, 3)]
+
+
+def test_unknown_reference_is_an_error_listing_the_imported_ones(real_root):
+    con = connect(real_root["root"] if isinstance(real_root, dict) else real_root)
+    with pytest.raises(MixscopeError, match="no reference frequency table 'nope'; imported: "):
+        run_query(con, "frequency_correlation", {"reference": "nope"})

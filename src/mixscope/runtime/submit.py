@@ -19,6 +19,8 @@ from pathlib import Path
 from mixscope.config import JobSpec
 from mixscope.errors import MixscopeError
 
+AGENT_WAIT_SECONDS = 300  # a freshly started head can take minutes on a busy machine
+
 # not HF_HOME: a local cache path rarely exists on the cluster
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_ENDPOINT", "TRANSFORMERS_VERBOSITY")
 
@@ -79,7 +81,8 @@ def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     with tempfile.TemporaryDirectory(prefix="mixscope-submit-") as tmp:
         (Path(tmp) / "job.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
-        deadline = time.time() + 60
+        deadline = time.time() + AGENT_WAIT_SECONDS
+        waited = False
         while True:  # a head that has just started takes a moment to get its job agent
             try:
                 client.submit_job(
@@ -92,6 +95,9 @@ def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable
             except RuntimeError as exc:
                 if "No available agent" not in str(exc) or time.time() > deadline:
                     raise
+                if not waited:
+                    echo("waiting for the cluster's job agent to come up…", err=True)
+                    waited = True
                 time.sleep(2)
     echo(f"submitted {chosen} to {address}", err=True)
     return _follow(client, chosen, echo) if wait else 0

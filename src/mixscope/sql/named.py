@@ -49,7 +49,10 @@ class NamedQuery:
             if p.name in given:
                 out[p.name] = _coerce(given[p.name], p, self.name)
             elif p.default is REQUIRED:
-                raise MixscopeError(f"query {self.name} needs --param {p.name}=… ({p.help})")
+                listed = ", ".join(valid)
+                raise MixscopeError(
+                    f"query {self.name} needs --param {p.name}=… ({p.help}); parameters: {listed}"
+                )
             else:
                 out[p.name] = p.default
         return out
@@ -128,4 +131,17 @@ def run_query(con: Any, name: str, params: dict[str, Any] | None = None) -> Any:
     from mixscope.sql.readonly import execute
 
     q = get_query(name)
-    return execute(con, q.sql, q.bind(params or {}))
+    bound = q.bind(params or {})
+    if bound.get("reference") is not None:  # a typo would otherwise just give no rows
+        known = [
+            r
+            for (r,) in con.execute(
+                "SELECT DISTINCT reference FROM frequencies WHERE reference IS NOT NULL ORDER BY 1"
+            ).fetchall()
+        ]
+        if bound["reference"] not in known:
+            raise MixscopeError(
+                f"no reference frequency table {bound['reference']!r}; imported: "
+                + (", ".join(known) or "none (mixscope frequencies import ROOT FILE --name NAME)")
+            )
+    return execute(con, q.sql, bound)
