@@ -37,6 +37,7 @@ format: install
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/engine.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/pipeline.py
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/sql.py --rows 10M
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info
