@@ -91,3 +91,16 @@ def test_debug_shows_traceback():
     result = CliRunner().invoke(main, ["--debug", "analyze", "-m", "/no/such/model", "x"])
     assert result.exit_code == 1
     assert "Traceback" in result.output
+
+
+def test_padding_side_changes_no_number(minilm_path, tmp_path):
+    texts = ["Dogs bark.", "A much longer sentence with quite a few more words in it."]
+    outs = []
+    for side in ("left", "right"):
+        out = tmp_path / f"{side}.parquet"
+        args = ["analyze", "-m", minilm_path, *texts, "--batch-size", "2", "--padding-side", side]
+        assert CliRunner().invoke(main, [*args, "-o", str(out)]).exit_code == 0
+        outs.append(pq.read_table(out))
+    for m in mixscope.MEASURES:
+        a, b = outs[0][m].to_numpy(), outs[1][m].to_numpy()
+        assert abs(a - b).max() < 1e-5

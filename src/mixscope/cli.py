@@ -190,6 +190,12 @@ def _write_table(table: Any, output: str) -> None:
     "--seed", type=int, default=0, show_default=True, help="Seed of the masking positions."
 )
 @click.option("--verify", is_flag=True, help="Check the exactness identity on every block.")
+@click.option(
+    "--padding-side",
+    type=click.Choice(["left", "right"]),
+    default=None,
+    help="Pad batches on this side (default: the tokenizer's; the numbers do not change).",
+)
 def analyze(
     texts: tuple[str, ...],
     model: str,
@@ -206,6 +212,7 @@ def analyze(
     mask_rate: float,
     seed: int,
     verify: bool,
+    padding_side: str | None,
 ) -> None:
     """Quick look at a few TEXTS: mean of the five measures per layer.
 
@@ -241,6 +248,7 @@ def analyze(
         mask_rate=mask_rate,
         seed=seed,
         verify=verify,
+        padding_side=padding_side,
     )
     if output:
         _write_table(table, output)
