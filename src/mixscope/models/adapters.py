@@ -90,27 +90,16 @@ BERT = Adapter(
     position_ids=True,
 )
 
-ROBERTA = Adapter(
+# RoBERTa, XLM-R, CamemBERT and ELECTRA keep BERT's module names
+ROBERTA = replace(
+    BERT,
     family="roberta",
     model_types=("roberta", "xlm-roberta", "camembert"),
-    layers="encoder.layer",
-    attention="attention.self",
-    value="attention.self.value",
-    out_proj="attention.output.dense",
-    norm_after="attention.output.LayerNorm",
-    position_offset=2,
+    position_offset=2,  # positions start after padding_idx
+    position_ids=False,  # RoBERTa derives positions from input_ids != padding_idx
 )
 
-ELECTRA = Adapter(
-    family="electra",
-    model_types=("electra",),
-    layers="encoder.layer",
-    attention="attention.self",
-    value="attention.self.value",
-    out_proj="attention.output.dense",
-    norm_after="attention.output.LayerNorm",
-    position_ids=True,
-)
+ELECTRA = replace(BERT, family="electra", model_types=("electra",))
 
 DISTILBERT = Adapter(
     family="distilbert",
