@@ -26,6 +26,15 @@ def _free_port() -> int:
 def ray_head(tmp_path_factory):
     """``ray start --head`` with the dashboard, in the foreground, stopped at the end."""
     port, dash = _free_port(), _free_port()
+    # the session's own local Ray (ray_local) holds Ray's default agent ports: pick free ones,
+    # or this head's dashboard agent cannot start and no job can be submitted
+    agent_ports = [
+        f"--dashboard-agent-listen-port={_free_port()}",
+        f"--dashboard-agent-grpc-port={_free_port()}",
+        f"--runtime-env-agent-port={_free_port()}",
+        f"--metrics-export-port={_free_port()}",
+        f"--ray-client-server-port={_free_port()}",
+    ]
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1"}
     env.pop("RAY_ADDRESS", None)
@@ -42,6 +51,7 @@ def ray_head(tmp_path_factory):
             "--include-dashboard=true",
             "--num-cpus=2",
             "--disable-usage-stats",
+            *agent_ports,
         ],
         env=env,
         stdout=log,
@@ -67,7 +77,8 @@ def ray_head(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_submit_runs_once(ray_head, tiny_bert_dir, tmp_path):
+def test_submit_runs_once(ray_local, ray_head, tiny_bert_dir, tmp_path):
+    """ray_local first: the head must coexist with the session's own Ray, as in a full run."""
     address, env = ray_head
     out = tmp_path / "out"
     args = [
