@@ -540,19 +540,25 @@ def memory_cuda(args: argparse.Namespace, loaded: Any, engine: Any) -> list[dict
             fns["naive"] = lambda inputs=inputs: naive.run(inputs)
         row: dict[str, Any] = {"n": n, "batch": args.mem_batch}
         for mode, fn in fns.items():
-            with torch.inference_mode():
-                fn()
-                torch.cuda.synchronize()
-                gc.collect()
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-                out = fn()
-                torch.cuda.synchronize()
-                row[mode] = (torch.cuda.max_memory_allocated() - base) / 2**20
-                del out
+            row[mode] = cuda_peak_mib(fn)
         rows.append(row)
     return rows
+
+
+def cuda_peak_mib(fn: Any) -> float:
+    """Peak CUDA MiB of one call of ``fn`` above what was allocated before (after a warm-up)."""
+    with torch.inference_mode():
+        fn()
+        torch.cuda.synchronize()
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = fn()
+        torch.cuda.synchronize()
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        del out
+    return peak
 
 
 # --------------------------------------------------------------------------- decoders
@@ -679,17 +685,7 @@ def decoder_memory_cuda(args: argparse.Namespace, loaded: Any, engine: Any) -> l
         }
         row: dict[str, Any] = {"n": n, "batch": args.mem_batch}
         for mode, fn in fns.items():
-            with torch.inference_mode():
-                fn()
-                torch.cuda.synchronize()
-                gc.collect()
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-                out = fn()
-                torch.cuda.synchronize()
-                row[mode] = (torch.cuda.max_memory_allocated() - base) / 2**20
-                del out
+            row[mode] = cuda_peak_mib(fn)
         rows.append(row)
     return rows
 

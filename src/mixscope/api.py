@@ -70,15 +70,7 @@ def _prepare(
     if batch_size < 1:
         raise MixscopeError(f"batch_size must be at least 1, got {batch_size}")
     loaded = load(model, revision=revision, dtype=dtype, device=device)
-    limit = loaded.max_positions
-    if max_length is None:
-        max_length = limit
-    elif max_length > limit:
-        raise MixscopeError(
-            f"max_length {max_length} exceeds this model's limit of {limit} positions"
-        )
-    elif max_length < 4:
-        raise MixscopeError(f"max_length must be at least 4, got {max_length}")
+    max_length = loaded.resolve_max_length(max_length)
     seqs = encode_documents(
         loaded.tokenizer, docs, max_length=max_length, mask_rate=mask_rate, seed=seed
     )

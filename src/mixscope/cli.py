@@ -294,9 +294,8 @@ def job_options(func: Any) -> Any:
 def _spec_from(
     job: str | None, model, corpus, out, workers, batch_size, max_length, revision, address, sets
 ):
-    from mixscope.config import load_spec, parse_set
+    from mixscope.config import spec_from_flags
 
-    overrides: dict[str, Any] = parse_set(sets)
     flags = {
         "model": model,
         "corpus.paths": list(corpus) if corpus else None,
@@ -307,8 +306,7 @@ def _spec_from(
         "analysis.revision": revision,
         "runtime.address": address,
     }
-    overrides.update({k: v for k, v in flags.items() if v is not None})
-    return load_spec(job, overrides)
+    return spec_from_flags(job, sets, flags)
 
 
 def _print_summary(summary: Any) -> None:

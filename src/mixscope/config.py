@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -307,5 +307,11 @@ def load_spec(path: str | None, overrides: dict[str, Any] | None = None) -> JobS
     return build_spec(apply_overrides(data, overrides or {}))
 
 
-def with_out(spec: JobSpec, out: str) -> JobSpec:
-    return replace(spec, out=out)
+def spec_from_flags(
+    path: str | None, sets: tuple[str, ...] | list[str], flags: dict[str, Any]
+) -> JobSpec:
+    """YAML (optional), then ``--set key=value`` pairs, then the command's own flags
+    (``{"runtime.workers": 2, …}``; None means the flag was not given)."""
+    overrides = parse_set(sets)
+    overrides.update({k: v for k, v in flags.items() if v is not None})
+    return load_spec(path, overrides)

@@ -69,9 +69,8 @@ def _options(func: Any) -> Any:
 def _base_spec(
     job, out, corpus, workers, batch_size, max_length, address, quiet_period, sets, source
 ):
-    from mixscope.config import load_spec, parse_set
+    from mixscope.config import spec_from_flags
 
-    overrides: dict[str, Any] = parse_set(sets)
     flags = {
         "out": out,
         "corpus.paths": list(corpus) if corpus else None,
@@ -82,8 +81,7 @@ def _base_spec(
         "checkpoints.quiet_seconds": quiet_period,
         "checkpoints.source": source,
     }
-    overrides.update({k: v for k, v in flags.items() if v is not None})
-    spec = load_spec(job, overrides)
+    spec = spec_from_flags(job, sets, flags)
     if not spec.checkpoints.source:
         raise MixscopeError("no checkpoint source: pass --source or set checkpoints.source")
     return spec

@@ -61,6 +61,19 @@ class LoadedModel:
             limit = min(limit, tok_limit)
         return int(limit)
 
+    def resolve_max_length(self, wanted: int | None) -> int:
+        """The sequence length to use: ``wanted``, or the model's limit when None."""
+        limit = self.max_positions
+        if wanted is None:
+            return limit
+        if wanted > limit:
+            raise MixscopeError(
+                f"max_length {wanted} exceeds this model's limit of {limit} positions"
+            )
+        if wanted < 4:
+            raise MixscopeError(f"max_length must be at least 4, got {wanted}")
+        return wanted
+
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     """A torch dtype from a name (``float32``, ``bf16``, …); None stays None."""

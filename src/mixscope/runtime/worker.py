@@ -20,7 +20,6 @@ from mixscope.api import _run_batches, to_table
 from mixscope.config import JobSpec, build_spec
 from mixscope.corpus.encode import EncodedSequence, encode_documents
 from mixscope.corpus.plan import Document, Shard, read_shard
-from mixscope.errors import MixscopeError
 from mixscope.mixing.engine import MixingEngine
 from mixscope.models.loading import load
 from mixscope.runtime import faults
@@ -42,15 +41,6 @@ DOCUMENT_SCHEMA = pa.schema(
 )
 
 
-def resolve_max_length(spec: JobSpec, limit: int) -> int:
-    wanted = spec.analysis.max_length
-    if wanted is None:
-        return limit
-    if wanted > limit:
-        raise MixscopeError(f"max_length {wanted} exceeds this model's limit of {limit} positions")
-    return wanted
-
-
 class ShardWorker:
     """Loads the model once; ``process(shard)`` analyses one shard and writes its files."""
 
@@ -69,7 +59,7 @@ class ShardWorker:
             torch.set_num_threads(max(1, int(r.cpus_per_worker)))
         self.device = str(device)
         self.engine = MixingEngine(self.loaded, verify=r.verify)
-        self.max_length = resolve_max_length(self.spec, self.loaded.max_positions)
+        self.max_length = self.loaded.resolve_max_length(self.spec.analysis.max_length)
         self.layout = Layout.open(self.spec.out)
         self._prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
 

@@ -134,8 +134,8 @@ def connect(
         con.execute(f"SET threads = {int(threads)}")
     if memory_limit:
         con.execute(f"SET memory_limit = {_quote(memory_limit)}")
-    tokens = manifest.committed_files(layout, "tokens", run_ids)
-    freqs = manifest.committed_files(layout, "frequencies", run_ids)
+    committed = manifest.committed_files_by_kind(layout, ("tokens", "frequencies"), run_ids)
+    tokens, freqs = committed["tokens"], committed["frequencies"]
     refs = reference_files(layout)
 
     cls, sep = ", ".join(map(_quote, CLS_TOKENS)), ", ".join(map(_quote, SEP_TOKENS))

@@ -45,13 +45,21 @@ def failures(layout: Layout, run_id: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def committed_files(layout: Layout, kind: str, run_ids: list[str] | None = None) -> list[str]:
-    """Paths of the committed ``kind`` files of the given runs (all runs by default)."""
+def committed_files_by_kind(
+    layout: Layout, kinds: tuple[str, ...], run_ids: list[str] | None = None
+) -> dict[str, list[str]]:
+    """kind → paths of the committed files of the given runs, reading each record once."""
     runs = run_ids if run_ids is not None else layout.list_dirs(layout.runs_dir())
-    files: list[str] = []
+    files: dict[str, list[str]] = {kind: [] for kind in kinds}
     for run_id in runs:
         for rec in commits(layout, run_id).values():
-            path = rec.get("files", {}).get(kind, {}).get("path")
-            if path:
-                files.append(layout.absolute(path))
-    return sorted(files)
+            for kind in kinds:
+                path = rec.get("files", {}).get(kind, {}).get("path")
+                if path:
+                    files[kind].append(layout.absolute(path))
+    return {kind: sorted(paths) for kind, paths in files.items()}
+
+
+def committed_files(layout: Layout, kind: str, run_ids: list[str] | None = None) -> list[str]:
+    """Paths of the committed ``kind`` files of the given runs (all runs by default)."""
+    return committed_files_by_kind(layout, (kind,), run_ids)[kind]
