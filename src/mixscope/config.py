@@ -15,6 +15,7 @@ from typing import Any
 
 from mixscope.errors import MixscopeError
 from mixscope.models.packaged import DEFAULT_MODEL
+from mixscope.store.schema import DETAIL_MODES, PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,15 @@ class RuntimeSpec:
 
 
 @dataclass(frozen=True)
+class OutputSpec:
+    """What a run writes besides its statistics (always written). Part of the run identity."""
+
+    detail: str = "sample"  # full | sample | none: per-token rows of every, some or no document
+    sample_rate: float = 0.01  # detail "sample": share of documents kept (a hash of the doc id)
+    precision: str = "float32"  # float32 | float16: the detail's stored measures
+
+
+@dataclass(frozen=True)
 class CheckpointSpec:
     """Scheduled re-analysis of new checkpoints (``mixscope checkpoints sync|watch``)."""
 
@@ -79,6 +89,7 @@ class JobSpec:
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
     analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
+    output: OutputSpec = field(default_factory=OutputSpec)
     checkpoints: CheckpointSpec = field(default_factory=CheckpointSpec)
     out: str = "results"
     step: int | None = None  # training step of the checkpoint, when known
@@ -94,6 +105,7 @@ SECTIONS = {
     "corpus": CorpusSpec,
     "analysis": AnalysisSpec,
     "runtime": RuntimeSpec,
+    "output": OutputSpec,
     "checkpoints": CheckpointSpec,
 }
 
@@ -110,6 +122,9 @@ ALIASES = {
     "address": "runtime.address",
     "docs_per_shard": "runtime.docs_per_shard",
     "device": "runtime.device",
+    "detail": "output.detail",
+    "sample_rate": "output.sample_rate",
+    "precision": "output.precision",
 }
 
 
@@ -282,6 +297,9 @@ def validate(spec: JobSpec) -> None:
         (r.cpus_per_worker > 0, "runtime.cpus_per_worker: positive"),
         (r.max_retries >= 0, "runtime.max_retries: not negative"),
         (r.executor in ("ray", "local"), "runtime.executor: ray|local"),
+        (spec.output.detail in DETAIL_MODES, "output.detail: " + "|".join(DETAIL_MODES)),
+        (0 < spec.output.sample_rate <= 1, "output.sample_rate: in (0, 1]"),
+        (spec.output.precision in PRECISIONS, "output.precision: " + "|".join(PRECISIONS)),
         (bool(spec.out), "out: required (a directory or object-store URI)"),
         (spec.checkpoints.quiet_seconds >= 0, "checkpoints.quiet_seconds: not negative"),
         (spec.checkpoints.max_attempts >= 1, "checkpoints.max_attempts: at least 1"),

@@ -17,6 +17,7 @@ from mixscope.models.adapters import adapter_for
 from mixscope.models.fingerprint import model_identity
 from mixscope.runtime import faults
 from mixscope.runtime.progress import Progress
+from mixscope.stats.consolidate import consolidate
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
 from mixscope.store.runs import (
@@ -27,6 +28,10 @@ from mixscope.store.runs import (
     run_id_for,
     write_run,
 )
+
+
+#: consolidate a run's statistics after this many new commits (and when an invocation ends)
+CONSOLIDATE_EVERY = 32
 
 
 @dataclass
@@ -111,6 +116,11 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
                 "executor": spec.runtime.executor,
             },
             "spec": spec.to_dict(),
+            "output": {
+                "detail": spec.output.detail,
+                "sample_rate": spec.output.sample_rate,
+                "precision": spec.output.precision,
+            },
             "libraries": library_versions(),
             "shards_total": len(plan.shards),
         }
@@ -133,6 +143,7 @@ def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
     started = time.time()
     prep = prepare(spec)
     layout, plan, run_id, record = prep.layout, prep.plan, prep.run_id, prep.record
+    consolidate(layout, run_id)  # what a killed driver committed and did not consolidate
     committed = manifest.commits(layout, run_id)
     pending = [s for s in plan.shards if s.shard_id not in committed]
     invocation = {"started_at": now(), "pending": len(pending), "done": 0, "failed": 0, "tokens": 0}
@@ -162,6 +173,8 @@ def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
                         committed[event.shard_id] = result
                         errors.pop(event.shard_id, None)
                         done_now += 1
+                        if done_now % CONSOLIDATE_EVERY == 0:
+                            consolidate(layout, run_id, min_new=CONSOLIDATE_EVERY)
                         tokens_now += int(result["tokens"])
                         progress.update(int(result["docs"]), int(result["tokens"]))
                     elif event.kind == "failed":
@@ -171,6 +184,7 @@ def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
                         )
             finally:
                 executor.close()
+            consolidate(layout, run_id)
     finally:
         progress.close()
         seconds = time.time() - started

@@ -13,33 +13,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
-from mixscope.api import _run_batches, to_table
+from mixscope.api import _run_batches
 from mixscope.config import JobSpec, build_spec
 from mixscope.corpus.encode import EncodedSequence, encode_documents
 from mixscope.corpus.plan import Document, Shard, read_shard
 from mixscope.mixing.engine import MixingEngine
 from mixscope.models.loading import load
 from mixscope.runtime import faults
+from mixscope.runtime.results import ShardResults
+from mixscope.stats.block import Vocabulary
 from mixscope.store.layout import Layout
-from mixscope.store.writer import write_parquet
-
-FREQUENCY_SCHEMA = pa.schema(
-    [("token_id", pa.int32()), ("token", pa.string()), ("count", pa.int64())]
-)
-DOCUMENT_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.int64()),
-        ("file", pa.string()),
-        ("offset", pa.int64()),
-        ("external_id", pa.string()),
-        ("segments", pa.int32()),
-        ("tokens", pa.int32()),
-    ]
-)
-
 
 class ShardWorker:
     """Loads the model once; ``process(shard)`` analyses one shard and writes its files."""
@@ -61,7 +44,10 @@ class ShardWorker:
         self.engine = MixingEngine(self.loaded, verify=r.verify)
         self.max_length = self.loaded.resolve_max_length(self.spec.analysis.max_length)
         self.layout = Layout.open(self.spec.out)
+        self.vocab = Vocabulary(self.loaded.tokenizer)
         self._prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+        # statistics, detail rows and Parquet encoding, one chunk behind the model
+        self._host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results")
 
     def info(self) -> dict[str, Any]:
         return {"host": socket.gethostname(), "pid": os.getpid(), "device": self.device}
@@ -85,68 +71,31 @@ class ShardWorker:
         # tokenize the next chunk while the model runs on this one
         chunk = max(64, 4 * self.spec.runtime.batch_size)
         chunks = [docs[i : i + chunk] for i in range(0, len(docs), chunk)]
-        seqs: list[EncodedSequence] = []
-        measures: list[np.ndarray] = []
+        results = ShardResults(
+            self.layout, self.run_id, shard.shard_id, self.vocab, self.spec.output, self._host
+        )
+        sequences = 0
         pending = self._prefetch.submit(self._encode, chunks[0]) if chunks else None
         for k in range(len(chunks)):
             assert pending is not None
             encoded = pending.result()
             if k + 1 < len(chunks):
                 pending = self._prefetch.submit(self._encode, chunks[k + 1])
-            results = _run_batches(self.engine, encoded, self.spec.runtime.batch_size, pairs=False)
-            seqs += encoded
-            measures += [m for m, _ in results]
+            out = _run_batches(self.engine, encoded, self.spec.runtime.batch_size, pairs=False)
+            results.add(encoded, [m for m, _ in out])
+            sequences += len(encoded)
             if k == 0:
                 faults.maybe_kill(shard.shard_id)
-        table = to_table(seqs, measures, self.loaded.tokenizer)
-        files = {
-            "tokens": self._write("tokens", shard.shard_id, table),
-            "frequencies": self._write(
-                "frequencies", shard.shard_id, _frequencies(seqs, self.loaded.tokenizer)
-            ),
-            "documents": self._write("documents", shard.shard_id, _documents(docs, seqs)),
-        }
-        n_tokens = int(sum(len(s) for s in seqs))
+        files = results.finish(docs)
         return {
             "run_id": self.run_id,
             "shard_id": shard.shard_id,
             "docs": len(docs),
-            "sequences": len(seqs),
-            "tokens": n_tokens,
-            "rows": table.num_rows,
+            "sequences": sequences,
+            "tokens": results.tokens,
+            "rows": results.rows,
+            "detail_rows": results.detail_rows,
             "files": files,
             "seconds": round(time.time() - started, 3),
             **self.info(),
         }
-
-    def _write(self, kind: str, shard_id: int, table: pa.Table) -> dict[str, Any]:
-        return write_parquet(self.layout, self.layout.data_file(kind, self.run_id, shard_id), table)
-
-
-def _frequencies(seqs: list[EncodedSequence], tokenizer: Any) -> pa.Table:
-    ids = np.concatenate([s.original_ids for s in seqs]) if seqs else np.empty(0, np.int64)
-    uniq, counts = np.unique(ids, return_counts=True)
-    tokens = tokenizer.convert_ids_to_tokens(uniq.tolist())
-    return pa.Table.from_arrays(
-        [pa.array(uniq.astype(np.int32)), pa.array(tokens), pa.array(counts.astype(np.int64))],
-        schema=FREQUENCY_SCHEMA,
-    )
-
-
-def _documents(docs: list[Document], seqs: list[EncodedSequence]) -> pa.Table:
-    segments: dict[int, int] = {}
-    tokens: dict[int, int] = {}
-    for s in seqs:
-        segments[s.doc_id] = segments.get(s.doc_id, 0) + 1
-        tokens[s.doc_id] = tokens.get(s.doc_id, 0) + len(s)
-    return pa.Table.from_pydict(
-        {
-            "doc_id": [d.doc_id for d in docs],
-            "file": [d.file for d in docs],
-            "offset": [d.offset for d in docs],
-            "external_id": [d.external_id for d in docs],
-            "segments": [segments.get(d.doc_id, 0) for d in docs],
-            "tokens": [tokens.get(d.doc_id, 0) for d in docs],
-        },
-        schema=DOCUMENT_SCHEMA,
-    )

@@ -15,23 +15,19 @@ import json
 from typing import Any
 
 from mixscope.errors import MixscopeError
+from mixscope.stats import consolidate as consolidation
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
 from mixscope.store.references import reference_files
 from mixscope.store.runs import list_runs
-from mixscope.store.schema import MEASURE_COLUMNS
-
-EMPTY_TOKENS = """
-SELECT * FROM (SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS doc_id, NULL::INTEGER AS segment,
-  NULL::INTEGER AS position, NULL::INTEGER AS token_id, NULL::VARCHAR AS token,
-  NULL::TINYINT AS token_type, NULL::BOOLEAN AS is_special, NULL::BOOLEAN AS is_masked,
-  NULL::SMALLINT AS layer, NULL::FLOAT AS attn_w, NULL::FLOAT AS attn_n, NULL::FLOAT AS attnres_w,
-  NULL::FLOAT AS attnres_n, NULL::FLOAT AS attnresln_n) WHERE false
-"""
-
-# special-token strings of the supported tokenizers, by role
-CLS_TOKENS = ("[CLS]", "<s>", "<cls>", "<|begin_of_text|>", "<bos>")
-SEP_TOKENS = ("[SEP]", "</s>", "<sep>", "<|endoftext|>", "<|end_of_text|>", "<eos>")
+from mixscope.store.schema import (
+    DERIVED_MEASURES,
+    MEASURE_COLUMNS,
+    STATS,
+    STORED_MEASURES,
+    StatsKind,
+    category_sql,
+)
 
 # run ids are hex: an all-digit one must not be inferred as a number
 HIVE = "hive_partitioning = true, hive_types = {'run_id': VARCHAR}"
@@ -40,20 +36,114 @@ RUN_COLUMNS = """run_id VARCHAR, name VARCHAR, model VARCHAR, checkpoint_path VA
   revision VARCHAR, model_fingerprint VARCHAR, step BIGINT, corpus VARCHAR,
   corpus_fingerprint VARCHAR, n_docs BIGINT, options VARCHAR, status VARCHAR,
   shards_total INTEGER, shards_done INTEGER, shards_failed INTEGER, rows BIGINT, tokens BIGINT,
-  created_at TIMESTAMP, updated_at TIMESTAMP"""
+  created_at TIMESTAMP, updated_at TIMESTAMP, detail VARCHAR, sample_rate DOUBLE"""
+
+#: the long ``tokens`` view's columns before the measures (schema 1's order, + original_id)
+TOKEN_COLUMNS = (
+    "doc_id", "segment", "position", "token_id", "token", "token_type", "is_special",
+    "is_masked",
+)
+EMPTY_DETAIL = (
+    "SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS doc_id, NULL::INTEGER AS segment, "
+    "NULL::INTEGER AS position, NULL::INTEGER AS token_id, NULL::INTEGER AS original_id, "
+    "NULL::VARCHAR AS token, NULL::TINYINT AS token_type, NULL::BOOLEAN AS is_special, "
+    "NULL::BOOLEAN AS is_masked, NULL::TINYINT AS category, "
+    + ", ".join(f"NULL::FLOAT[] AS {m}" for m in STORED_MEASURES)
+    + " WHERE false"
+)
 
 
-# One row per token occurrence: the five measures averaged over the layers (the unit of the
-# paper's frequency analysis).
-OCCURRENCES = """
-CREATE VIEW occurrences AS
-SELECT run_id, doc_id, segment, position,
-    any_value(token_id) AS token_id, any_value(token) AS token, any_value(category) AS category,
-    avg(attn_w) AS attn_w, avg(attn_n) AS attn_n, avg(attnres_w) AS attnres_w,
-    avg(attnres_n) AS attnres_n, avg(attnresln_n) AS attnresln_n
-FROM tokens
-GROUP BY run_id, doc_id, segment, position
-"""
+def _measure_expr(measure: str, template: str) -> str:
+    """``template`` ({m} = a stored measure) for ``measure``, derived ones scaled."""
+    if measure in DERIVED_MEASURES:
+        source, factor = DERIVED_MEASURES[measure]
+        return f"(({template.format(m=source)}) * {factor})::FLOAT"
+    return template.format(m=measure)
+
+
+def _detail_views(con: Any, source: str, missing: str | None) -> None:
+    """``tokens`` (one row per token per layer) and ``occurrences`` over the detail rows.
+
+    ``missing``: why there are no rows (every selected run without detail); then both
+    views raise that message when read instead of answering with nothing.
+    """
+    if missing is not None:
+        message = _quote(missing)
+        source = f"({EMPTY_DETAIL.replace(' WHERE false', '')} WHERE error({message}) IS NULL)"
+    category = category_sql("category")
+    per_layer = ", ".join(
+        f"{_measure_expr(m, '{m}[l.layer]')} AS {m}" for m in MEASURE_COLUMNS
+    )
+    con.execute(
+        f"CREATE VIEW tokens AS SELECT run_id, {', '.join(TOKEN_COLUMNS)}, "
+        f"l.layer::SMALLINT AS layer, {per_layer}, {category} AS category, original_id "
+        f"FROM {source} d, LATERAL (SELECT unnest(range(1, len(d.{STORED_MEASURES[0]}) + 1))"
+        " AS layer) l"
+    )
+    averaged = ", ".join(
+        f"{_measure_expr(m, 'list_avg({m})')}::DOUBLE AS {m}" for m in MEASURE_COLUMNS
+    )
+    # one row per token occurrence: the measures averaged over the layers (the unit of the
+    # paper's frequency analysis)
+    con.execute(
+        "CREATE VIEW occurrences AS SELECT run_id, doc_id, segment, position, token_id, token, "
+        f"{category} AS category, {averaged} FROM {source} d"
+    )
+
+
+def _stats_view(con: Any, kind: StatsKind, files: list[str]) -> None:
+    """The view ``kind.name``: partials and consolidated files merged; long by measure.
+
+    Moment tables get one row per key and measure (``n``, ``sum``, ``sumsq``, ``min``,
+    ``max``, or ``sequences``, ``seq_sum``, ``seq_sumsq``); histograms one row per key,
+    measure and bin, where a derived measure has its source's bins (the same ranks).
+    """
+    keys = ", ".join(kind.key_names)
+    merged = ", ".join(f"{op}({v})::{_duck_type(t)} AS {v}" for v, t, op in kind.values)
+    if files:
+        source = f"read_parquet({_sql_list(files)}, {HIVE})"
+    else:  # no statistics yet: the right columns, no rows
+        cols = ["NULL::VARCHAR AS run_id"]
+        cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t in kind.keys]
+        cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t, _ in kind.values]
+        source = f"(SELECT {', '.join(cols)} WHERE false)"
+    base = f"SELECT run_id, {keys}, {merged} FROM {source} GROUP BY run_id, {keys}"
+    prefixes = tuple(f"{m}_" for m in STORED_MEASURES)
+    shared = [v for v, _, _ in kind.values if not v.startswith(prefixes)]
+    moments = [v[len(prefixes[0]) :] for v, _, _ in kind.values if v.startswith(prefixes[0])]
+    key_cols = [category_sql(k) + " AS category" if k == "category" else k for k in kind.key_names]
+    if "measure" in kind.key_names:  # histograms
+        codes = [STORED_MEASURES.index(DERIVED_MEASURES.get(m, (m,))[0]) for m in MEASURE_COLUMNS]
+        values = ", ".join(f"({c}, {_quote(m)})" for c, m in zip(codes, MEASURE_COLUMNS))
+        key_cols = [f"m.measure" if k == "measure" else k for k in key_cols]
+        con.execute(
+            f"CREATE VIEW {kind.name} AS SELECT run_id, {', '.join(key_cols)}, "
+            f"{', '.join(shared)} FROM ({base}) b JOIN (VALUES {values}) m(code, measure) "
+            "ON b.measure = m.code"
+        )
+        return
+    wide = ", ".join(
+        f"{_measure_expr(m, '{m}_' + st)} AS {m}_{st}" for m in MEASURE_COLUMNS for st in moments
+    )
+    on = ", ".join(
+        "(" + ", ".join(f"{m}_{st}" for st in moments) + f") AS {m}" for m in MEASURE_COLUMNS
+    )
+    con.execute(
+        f"CREATE VIEW {kind.name} AS UNPIVOT (SELECT run_id, {', '.join(key_cols)}, "
+        f"{', '.join(shared)}, {wide} FROM ({base})) ON {on} "
+        f"INTO NAME measure VALUE {', '.join(moments)}"
+    )
+
+
+def _duck_type(t: Any) -> str:
+    import pyarrow as pa
+
+    return {
+        pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INTEGER",
+        pa.int64(): "BIGINT", pa.float32(): "FLOAT", pa.float64(): "DOUBLE",
+        pa.string(): "VARCHAR",
+    }[t]
+
 
 # occurrences with the frequency rank of their token: the run's own corpus counts when
 # ``ref`` is NULL, else the imported reference table ``ref`` (keyed by token id, or by token
@@ -73,6 +163,23 @@ FROM occurrences o JOIN frequencies f ON f.token = o.token
 WHERE f.reference = ref AND f.token_id IS NULL
 """
 
+# the same join for any table with run_id, token_id and token (token_stats, token_hist):
+# the frequency rank of each row's token, from the run's counts or a reference table
+RANKED = """
+CREATE MACRO ranked(t, ref) AS TABLE
+SELECT x.*, f.rank AS freq_rank
+FROM query_table(t) x JOIN frequencies f ON f.run_id = x.run_id AND f.token_id = x.token_id
+WHERE ref IS NULL
+UNION ALL
+SELECT x.*, f.rank
+FROM query_table(t) x JOIN frequencies f ON f.token_id = x.token_id
+WHERE f.reference = ref AND f.token_id IS NOT NULL
+UNION ALL
+SELECT x.*, f.rank
+FROM query_table(t) x JOIN frequencies f ON f.token = x.token
+WHERE f.reference = ref AND f.token_id IS NULL
+"""
+
 
 def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
@@ -80,6 +187,11 @@ def _sql_list(paths: list[str]) -> str:
 
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
+
+
+def _detail_mode(r: dict[str, Any]) -> str:
+    """A run's ``output.detail`` (runs of schema 1 kept every row)."""
+    return ((r.get("options") or {}).get("output") or {}).get("detail") or "full"
 
 
 def _run_row(r: dict[str, Any]) -> tuple:
@@ -106,6 +218,8 @@ def _run_row(r: dict[str, Any]) -> tuple:
         r.get("tokens"),
         (r.get("created_at") or "").replace("T", " ").rstrip("Z") or None,
         (r.get("updated_at") or "").replace("T", " ").rstrip("Z") or None,
+        _detail_mode(r),
+        ((r.get("options") or {}).get("output") or {}).get("sample_rate"),
     )
 
 
@@ -134,27 +248,31 @@ def connect(
         con.execute(f"SET threads = {int(threads)}")
     if memory_limit:
         con.execute(f"SET memory_limit = {_quote(memory_limit)}")
-    committed = manifest.committed_files_by_kind(layout, ("tokens", "frequencies"), run_ids)
-    tokens, freqs = committed["tokens"], committed["frequencies"]
-    refs = reference_files(layout)
-
-    cls, sep = ", ".join(map(_quote, CLS_TOKENS)), ", ".join(map(_quote, SEP_TOKENS))
-    category = (
-        "CASE WHEN is_masked THEN 'mask' WHEN NOT is_special THEN 'normal' "
-        f"WHEN token IN ({cls}) THEN 'cls' WHEN token IN ({sep}) THEN 'sep' "
-        "ELSE 'other_special' END"
-    )
-    source = f"read_parquet({_sql_list(tokens)}, {HIVE})" if tokens else f"({EMPTY_TOKENS})"
-    con.execute(f"CREATE VIEW tokens AS SELECT *, {category} AS category FROM {source}")
+    runs = [r for r in list_runs(layout) if run_ids is None or r["run_id"] in run_ids]
+    stats = consolidation.sources(layout, run_ids)
+    detail = manifest.committed_files(layout, "tokens", run_ids)
+    missing = None
+    if not detail and runs:
+        modes = sorted({_detail_mode(r) for r in runs})
+        missing = (
+            f"no per-token rows: the selected runs were written with output.detail="
+            f"{'/'.join(modes)}; the statistics views (layer_stats, token_stats, …) and "
+            "every named query still answer; rerun with --detail full or sample for rows"
+        )
+    source = f"read_parquet({_sql_list(detail)}, {HIVE})" if detail else f"({EMPTY_DETAIL})"
+    _detail_views(con, source, missing)
+    for name, kind in STATS.items():
+        if name != "frequencies":
+            _stats_view(con, kind, stats[name])
 
     parts = []
-    if freqs:
+    if stats["frequencies"]:
         parts.append(
-            "SELECT run_id, NULL::VARCHAR AS reference, token_id, any_value(token) AS token, "
-            f"sum(count)::BIGINT AS count FROM read_parquet({_sql_list(freqs)}, "
+            "SELECT run_id, NULL::VARCHAR AS reference, token_id, min(token) AS token, "
+            f"sum(count)::BIGINT AS count FROM read_parquet({_sql_list(stats['frequencies'])}, "
             f"{HIVE}) GROUP BY run_id, token_id"
         )
-    for name, path in refs.items():
+    for name, path in reference_files(layout).items():
         parts.append(
             f"SELECT NULL::VARCHAR AS run_id, {_quote(name)} AS reference, token_id, token, "
             f"count FROM read_parquet({_quote(path)})"
@@ -168,11 +286,9 @@ def connect(
         "CREATE VIEW frequencies AS SELECT *, rank() OVER (PARTITION BY run_id, reference "
         f"ORDER BY count DESC) AS rank FROM ({' UNION ALL '.join(parts)})"
     )
-
-    con.execute(OCCURRENCES)
     con.execute(RANKED_OCCURRENCES)
+    con.execute(RANKED)
 
-    runs = [r for r in list_runs(layout) if run_ids is None or r["run_id"] in run_ids]
     con.execute(f"CREATE TABLE runs ({RUN_COLUMNS})")
     if runs:
         marks = ", ".join("?" * len(_run_row(runs[0])))

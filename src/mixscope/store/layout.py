@@ -1,12 +1,14 @@
 """Where everything of a results root lives (a local path or an object-store URI).
 
-    ROOT/tokens/run_id=<run>/part-<shard>.parquet        per-token-per-layer rows
-    ROOT/frequencies/run_id=<run>/part-<shard>.parquet   token counts of the shard
+    ROOT/stats/<kind>/run_id=<run>/gen-<g>-<id>.parquet          consolidated statistics
+    ROOT/stats/<kind>/run_id=<run>/_partial/part-<shard>.parquet  a shard's statistics
+    ROOT/tokens/run_id=<run>/part-<shard>.parquet        per-token detail (full | sample)
     ROOT/documents/run_id=<run>/part-<shard>.parquet     doc_id → source file, offset, id
     ROOT/_mixscope/runs/<run>/run.json                   the run record
     ROOT/_mixscope/runs/<run>/plan.json                  the shard plan
     ROOT/_mixscope/runs/<run>/commits/<shard>.json       the manifest: one record per shard
     ROOT/_mixscope/runs/<run>/failures/<shard>.json      last error of a failed shard
+    ROOT/_mixscope/runs/<run>/stats/<g>.json             consolidation g: its files, shards
 
 Data folders are hive-partitioned by ``run_id`` so pandas, polars, DuckDB and Spark read
 them directly; the ``_mixscope`` folder starts with ``_`` so dataset readers skip it.
@@ -23,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-KINDS = ("tokens", "frequencies", "documents")
+KINDS = ("tokens", "documents")  # per-shard data; the statistics kinds are store.schema.STATS
 
 
 def open_root(root: str) -> tuple[pafs.FileSystem, str]:
@@ -71,6 +73,25 @@ class Layout:
     def data_file(self, kind: str, run_id: str, shard_id: int) -> str:
         return f"{self.data_dir(kind, run_id)}/part-{shard_id:06d}.parquet"
 
+    def stats_dir(self, kind: str, run_id: str) -> str:
+        return f"{self.base}/stats/{kind}/run_id={run_id}"
+
+    def shard_file(self, kind: str, run_id: str, shard_id: int) -> str:
+        """A shard's file of ``kind``: data (tokens, documents) or a statistics partial."""
+        from mixscope.store.schema import STATS
+
+        if kind in STATS:
+            return f"{self.stats_dir(kind, run_id)}/_partial/part-{shard_id:06d}.parquet"
+        return self.data_file(kind, run_id, shard_id)
+
+    def generation_file(self, kind: str, run_id: str, generation: int) -> str:
+        """A new, never reused name for consolidated statistics of ``generation``."""
+        tag = uuid.uuid4().hex[:8]
+        return f"{self.stats_dir(kind, run_id)}/gen-{generation:06d}-{tag}.parquet"
+
+    def consolidation_dir(self, run_id: str) -> str:
+        return f"{self.run_dir(run_id)}/stats"
+
     def run_dir(self, run_id: str) -> str:
         return f"{self.base}/_mixscope/runs/{run_id}"
 
@@ -107,6 +128,33 @@ class Layout:
 
     def write_json(self, path: str, obj: Any) -> None:
         self.write_bytes_atomic(path, json.dumps(obj, indent=1, sort_keys=True).encode())
+
+    def write_json_exclusive(self, path: str, obj: Any) -> bool:
+        """Create ``path`` with ``obj`` unless it exists; False if someone else created it.
+
+        Local roots: a complete temporary file hard-linked to the name (atomic, exclusive).
+        Object stores have no exclusive create here: checked, then written (best effort).
+        """
+        data = json.dumps(obj, indent=1, sort_keys=True).encode()
+        if not self.is_local:
+            if self.read_json(path) is not None:
+                return False
+            self.write_bytes_atomic(path, data)
+            return True
+        import os
+
+        folder, name = path.rsplit("/", 1)
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        return True
 
     def read_json(self, path: str) -> Any | None:
         try:

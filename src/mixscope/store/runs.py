@@ -21,7 +21,7 @@ from mixscope.store.schema import SCHEMA_VERSION
 
 def identity_options(spec: JobSpec) -> dict[str, Any]:
     """The options that change the numbers or the documents."""
-    c, a = spec.corpus, spec.analysis
+    c, a, o = spec.corpus, spec.analysis, spec.output
     return {
         "corpus": {
             "format": c.format,
@@ -37,6 +37,11 @@ def identity_options(spec: JobSpec) -> dict[str, Any]:
             "mask_rate": a.mask_rate,
             "seed": a.seed,
             "dtype": a.dtype,
+        },
+        "output": {
+            "detail": o.detail,
+            "sample_rate": o.sample_rate if o.detail == "sample" else None,
+            "precision": o.precision,
         },
         "schema_version": SCHEMA_VERSION,
     }

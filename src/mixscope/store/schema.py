@@ -1,16 +1,67 @@
-"""The one explicit, versioned Arrow schema of the per-token-per-layer rows.
+"""The explicit, versioned Arrow schemas of everything a job writes, in one place.
 
 Readers (pandas, polars, DuckDB, Spark) rely on these names and types; bump
 ``SCHEMA_VERSION`` on any change and say what changed.
+
+- 1: one long row per token per layer (``TOKENS_SCHEMA``).
+- 2: statistics first. Every shard writes sufficient statistics (``STATS``); per-token
+  detail is optional (``output.detail``) and compact: one row per token, each stored
+  measure a list over layers (``detail_schema``); ``attnres_w`` is not stored, it is
+  exactly ``attn_w / 2`` and derived by the readers.
+
+The measure lists below are the only ones: the SQL views and the statistics are
+generated from them, so adding a measure is one edit here (and one in the engine).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
+#: the five measures of the paper, in the order every table and query uses
 MEASURE_COLUMNS = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
+#: measures derived exactly from a stored one: name → (source, factor)
+DERIVED_MEASURES = {"attnres_w": ("attn_w", 0.5)}
+#: the measures written to disk (detail lists, statistics, histograms)
+STORED_MEASURES = tuple(m for m in MEASURE_COLUMNS if m not in DERIVED_MEASURES)
+
+#: token categories, stored as int8 codes (their index here)
+CATEGORIES = ("normal", "mask", "cls", "sep", "other_special")
+#: the category code of "every token of the sequence" in ``sequence_stats``
+ALL_TOKENS = -1
+#: special-token strings of the supported tokenizers, by role
+CLS_TOKENS = ("[CLS]", "<s>", "<cls>", "<|begin_of_text|>", "<bos>")
+SEP_TOKENS = ("[SEP]", "</s>", "<sep>", "<|endoftext|>", "<|end_of_text|>", "<eos>")
+
+#: histogram grid: bin b of a measure holds values in [b / HIST_BINS, (b + 1) / HIST_BINS)
+#: (1.0 falls in the last bin). Ranks from bin totals bound Spearman's error (METHOD in README).
+HIST_BINS = 4096
+
+DETAIL_MODES = ("full", "sample", "none")
+PRECISIONS = ("float32", "float16")
+
+
+def category_codes(
+    is_special: np.ndarray, is_masked: np.ndarray, strings: np.ndarray
+) -> np.ndarray:
+    """int8 category of each token: mask, normal, then cls / sep / other_special by string."""
+    cls = np.isin(strings, CLS_TOKENS)
+    sep = np.isin(strings, SEP_TOKENS)
+    special = np.where(cls, 2, np.where(sep, 3, 4))
+    return np.where(is_masked, 1, np.where(~is_special, 0, special)).astype(np.int8)
+
+
+def category_sql(code: str) -> str:
+    """A SQL expression turning the int8 ``code`` column into the category's name."""
+    whens = " ".join(f"WHEN {k} THEN '{c}'" for k, c in enumerate(CATEGORIES))
+    return f"CASE {code} WHEN {ALL_TOKENS} THEN 'all' {whens} END"
+
+
+# -- what analyze() returns (and schema 1 stored) ----------------------------------------
 
 TOKENS_SCHEMA = pa.schema(
     [
@@ -25,5 +76,137 @@ TOKENS_SCHEMA = pa.schema(
         pa.field("layer", pa.int16(), nullable=False),  # 1-based, as in the paper
         *[pa.field(m, pa.float32(), nullable=False) for m in MEASURE_COLUMNS],
     ],
-    metadata={"mixscope.schema_version": str(SCHEMA_VERSION)},
+    metadata={"mixscope.schema_version": "1"},
+)
+
+# -- per-token detail (output.detail = full | sample) ------------------------------------
+
+_META = {"mixscope.schema_version": str(SCHEMA_VERSION)}
+
+
+def detail_schema(precision: str = "float32") -> pa.Schema:
+    """One row per token; each stored measure is the list of its values at layers 1..L."""
+    value = pa.float16() if precision == "float16" else pa.float32()
+    return pa.schema(
+        [
+            pa.field("doc_id", pa.int64(), nullable=False),
+            pa.field("segment", pa.int32(), nullable=False),
+            pa.field("position", pa.int32(), nullable=False),
+            pa.field("token_id", pa.int32(), nullable=False),  # as the model saw it
+            pa.field("original_id", pa.int32(), nullable=False),  # before masking
+            pa.field("token", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+            pa.field("token_type", pa.int8(), nullable=False),
+            pa.field("is_special", pa.bool_(), nullable=False),
+            pa.field("is_masked", pa.bool_(), nullable=False),
+            pa.field("category", pa.int8(), nullable=False),  # index into CATEGORIES
+            *[pa.field(m, pa.list_(value), nullable=False) for m in STORED_MEASURES],
+        ],
+        metadata=_META,
+    )
+
+
+# -- sufficient statistics ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatsKind:
+    """One statistics table: its key columns and how each value column merges."""
+
+    name: str
+    keys: tuple[tuple[str, pa.DataType], ...]
+    values: tuple[tuple[str, pa.DataType, str], ...]  # (column, type, merge: sum | min | max)
+    doc: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        fields = [pa.field(k, t, nullable=False) for k, t in self.keys]
+        fields += [pa.field(v, t, nullable=False) for v, t, _ in self.values]
+        return pa.schema(fields, metadata=_META)
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self.keys)
+
+
+def _moments(per_measure: tuple[str, ...]) -> tuple[tuple[str, pa.DataType, str], ...]:
+    kinds = {
+        "sum": (pa.float64(), "sum"),
+        "sumsq": (pa.float64(), "sum"),
+        "min": (pa.float32(), "min"),
+        "max": (pa.float32(), "max"),
+        "seq_sum": (pa.float64(), "sum"),
+        "seq_sumsq": (pa.float64(), "sum"),
+    }
+    return tuple(
+        (f"{m}_{k}", kinds[k][0], kinds[k][1]) for m in STORED_MEASURES for k in per_measure
+    )
+
+
+_N = (("n", pa.int64(), "sum"),)
+_HIST = (("count", pa.int64(), "sum"),)
+
+LAYER_STATS = StatsKind(
+    "layer_stats",
+    (("layer", pa.int16()), ("category", pa.int8()), ("token_type", pa.int8())),
+    _N + _moments(("sum", "sumsq", "min", "max")),
+    "per layer × category × pair segment: token count, Σ, Σ², min, max of each measure",
+)
+SEQUENCE_STATS = StatsKind(
+    "sequence_stats",
+    (("layer", pa.int16()), ("category", pa.int8())),
+    (("sequences", pa.int64(), "sum"), *_moments(("seq_sum", "seq_sumsq"))),
+    "per layer × category (-1: all tokens): sequences with such tokens, Σ and Σ² of their "
+    "per-sequence means (the paper's macro means)",
+)
+TOKEN_STATS = StatsKind(
+    "token_stats",
+    (
+        ("layer", pa.int16()),
+        ("token_id", pa.int32()),
+        ("original_id", pa.int32()),
+        ("category", pa.int8()),
+    ),
+    (("token", pa.string(), "min"), *_N, *_moments(("sum", "sumsq", "min", "max"))),
+    "per layer × token id (as seen) × original id × category: count, Σ, Σ², min, max",
+)
+TOKEN_HIST = StatsKind(
+    "token_hist",
+    (
+        ("token_id", pa.int32()),
+        ("category", pa.int8()),
+        ("measure", pa.int8()),
+        ("bin", pa.int16()),
+    ),
+    (("token", pa.string(), "min"), *_HIST),
+    "per token id × category × stored measure: histogram of the layer-averaged occurrence value",
+)
+LAYER_HIST = StatsKind(
+    "layer_hist",
+    (("layer", pa.int16()), ("category", pa.int8()), ("measure", pa.int8()), ("bin", pa.int16())),
+    _HIST,
+    "per layer × category × stored measure: histogram of the token-layer values",
+)
+
+FREQUENCIES = StatsKind(
+    "frequencies",
+    (("token_id", pa.int32()),),
+    (("token", pa.string(), "min"), ("count", pa.int64(), "sum")),
+    "per token id: occurrences in the corpus before masking (the run's own frequency counts)",
+)
+
+STATS = {
+    k.name: k
+    for k in (LAYER_STATS, SEQUENCE_STATS, TOKEN_STATS, TOKEN_HIST, LAYER_HIST, FREQUENCIES)
+}
+DOCUMENT_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.int64()),
+        ("file", pa.string()),
+        ("offset", pa.int64()),
+        ("external_id", pa.string()),
+        ("segments", pa.int32()),
+        ("tokens", pa.int32()),
+        ("in_detail", pa.bool_()),  # its per-token rows are in the detail files
+    ],
+    metadata=_META,
 )

@@ -1,0 +1,114 @@
+"""The host side of a shard: engine outputs → statistics, detail, frequencies, documents.
+
+It runs on a background thread of its own, one chunk behind the model: while the model
+runs chunk k+1, this builds the token block of chunk k, its statistics and its detail
+rows. At most one chunk waits (``add`` blocks until the previous one is done), so memory
+stays bounded by two chunks. ``finish`` merges the parts and writes each file to a
+temporary name and renames it; committing is the driver's job.
+
+Nothing here needs a model: ``benchmarks/host.py`` replays stored measures through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mixscope.config import OutputSpec
+from mixscope.corpus.encode import EncodedSequence
+from mixscope.corpus.plan import Document
+from mixscope.stats.accumulate import merge_all, statistics
+from mixscope.stats.block import Vocabulary, token_block
+from mixscope.stats.detail import detail_table, kept
+from mixscope.store.layout import Layout
+from mixscope.store.schema import DOCUMENT_SCHEMA
+from mixscope.store.writer import write_parquet
+
+
+class ShardResults:
+    """Collects one shard's results chunk by chunk; ``finish`` writes its files."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        run_id: str,
+        shard_id: int,
+        vocab: Vocabulary,
+        output: OutputSpec,
+        host: ThreadPoolExecutor | None = None,
+    ) -> None:
+        self.layout, self.run_id, self.shard_id = layout, run_id, shard_id
+        self.vocab, self.output = vocab, output
+        self._host = host
+        self._pending: Future | None = None
+        self._stats: list[dict[str, pa.Table]] = []
+        self._detail: list[pa.Table] = []
+        self._per_doc: dict[int, list[int]] = {}  # doc_id → [segments, tokens]
+        self.tokens = 0
+        self.rows = 0  # token-layer rows analysed (all in the statistics)
+        self.detail_rows = 0  # token-layer rows kept as detail
+
+    def add(self, seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray]) -> None:
+        """Queue one chunk (``measures[k]``: [layer, measure, seq] of ``seqs[k]``)."""
+        if not seqs:
+            return
+        if self._host is None:
+            self._consume(seqs, measures)
+            return
+        self._wait()
+        self._pending = self._host.submit(self._consume, seqs, measures)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()  # re-raises a failure of the host thread
+
+    def _consume(self, seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray]) -> None:
+        block = token_block(seqs, measures, self.vocab)
+        self._stats.append(statistics(block, self.vocab))
+        keep = kept(block.doc_id, self.output.detail, self.output.sample_rate)
+        if keep.any():
+            part = block if keep.all() else block.take(keep)
+            self._detail.append(detail_table(part, self.vocab, self.output.precision))
+            self.detail_rows += len(part) * block.layers
+        for s in seqs:
+            entry = self._per_doc.setdefault(s.doc_id, [0, 0])
+            entry[0] += 1
+            entry[1] += len(s)
+        self.tokens += len(block)
+        self.rows += len(block) * block.layers
+
+    def finish(self, docs: Sequence[Document]) -> dict[str, dict[str, Any]]:
+        """Merge and write every file of the shard; kind → its manifest entry."""
+        self._wait()
+        files: dict[str, dict[str, Any]] = {}
+        if self._stats:
+            for name, table in merge_all(self._stats).items():
+                files[name] = self._write(name, table)
+        if self._detail:
+            files["tokens"] = self._write("tokens", pa.concat_tables(self._detail))
+        files["documents"] = self._write("documents", self._documents(docs))
+        return files
+
+    def _write(self, kind: str, table: pa.Table) -> dict[str, Any]:
+        path = self.layout.shard_file(kind, self.run_id, self.shard_id)
+        return write_parquet(self.layout, path, table)
+
+    def _documents(self, docs: Sequence[Document]) -> pa.Table:
+        ids = np.array([d.doc_id for d in docs], dtype=np.int64)
+        return pa.Table.from_pydict(
+            {
+                "doc_id": ids,
+                "file": [d.file for d in docs],
+                "offset": [d.offset for d in docs],
+                "external_id": [d.external_id for d in docs],
+                "segments": [self._per_doc.get(d.doc_id, [0, 0])[0] for d in docs],
+                "tokens": [self._per_doc.get(d.doc_id, [0, 0])[1] for d in docs],
+                "in_detail": kept(ids, self.output.detail, self.output.sample_rate),
+            },
+            schema=DOCUMENT_SCHEMA,
+        )

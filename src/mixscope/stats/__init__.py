@@ -1,0 +1,1 @@
+"""Sufficient statistics: computed per shard by the worker, consolidated per run."""

@@ -1,0 +1,95 @@
+"""A block of analysed tokens in columnar form: what the statistics and the detail read.
+
+The engine gives one ``[layer, measure, seq]`` array per sequence; a block lays a batch of
+sequences out token-major (``values``: ``[tokens, layers, stored measures]``) with the
+per-token ids and flags beside it, once, so every consumer is a vectorized numpy pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mixscope.corpus.encode import EncodedSequence
+from mixscope.store.schema import MEASURE_COLUMNS, STORED_MEASURES, category_codes
+
+_STORED = [MEASURE_COLUMNS.index(m) for m in STORED_MEASURES]
+
+
+@dataclass
+class TokenBlock:
+    doc_id: np.ndarray  # [tokens] int64
+    segment: np.ndarray  # [tokens] int32
+    position: np.ndarray  # [tokens] int32
+    token_id: np.ndarray  # [tokens] int32, as the model saw it
+    original_id: np.ndarray  # [tokens] int32, before masking
+    token_type: np.ndarray  # [tokens] int8
+    is_special: np.ndarray  # [tokens] bool
+    is_masked: np.ndarray  # [tokens] bool
+    category: np.ndarray  # [tokens] int8, index into CATEGORIES
+    sequence: np.ndarray  # [tokens] int64, index of the token's sequence in the block
+    values: np.ndarray  # [tokens, layers, stored measures] float32
+
+    def __len__(self) -> int:
+        return int(self.doc_id.shape[0])
+
+    @property
+    def layers(self) -> int:
+        return int(self.values.shape[1])
+
+    def take(self, rows: np.ndarray) -> TokenBlock:
+        """The tokens at ``rows`` (indices or a boolean mask), as a block of their own."""
+        return TokenBlock(**{k: getattr(self, k)[rows] for k in self.__dataclass_fields__})
+
+
+class Vocabulary:
+    """Token strings by id, looked up once per id and cached (tokenizers are slow per call)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._cache: dict[int, str] = {}
+
+    def strings(self, ids: np.ndarray) -> np.ndarray:
+        """Object array of the token strings of ``ids`` (any shape of int ids)."""
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        missing = [int(i) for i in uniq if int(i) not in self._cache]
+        if missing:
+            for i, s in zip(missing, self.tokenizer.convert_ids_to_tokens(missing), strict=True):
+                self._cache[i] = s if s is not None else ""
+        table = np.array([self._cache[int(i)] for i in uniq], dtype=object)
+        return table[inverse.reshape(ids.shape)] if len(uniq) else np.empty(0, dtype=object)
+
+
+def token_block(
+    seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray], vocab: Vocabulary
+) -> TokenBlock:
+    """``measures[k]`` is the engine's ``[layer, measure, seq]`` array of ``seqs[k]``."""
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    cat = np.concatenate
+    token_id = cat([s.input_ids for s in seqs]).astype(np.int32)
+    is_special = cat([s.special for s in seqs])
+    is_masked = cat([s.masked for s in seqs])
+    strings = np.full(len(token_id), "", dtype=object)
+    special = np.flatnonzero(is_special)
+    if special.size:  # only special tokens need their string for the category
+        strings[special] = vocab.strings(token_id[special])
+    # [layer, measure, seq] → [seq, layer, stored measure], tokens of all sequences stacked
+    values = cat([m[:, _STORED, :].transpose(2, 0, 1) for m in measures]).astype(
+        np.float32, copy=False
+    )
+    return TokenBlock(
+        doc_id=np.repeat(np.array([s.doc_id for s in seqs], dtype=np.int64), lengths),
+        segment=np.repeat(np.array([s.segment for s in seqs], dtype=np.int32), lengths),
+        position=cat([np.arange(n, dtype=np.int32) for n in lengths]),
+        token_id=token_id,
+        original_id=cat([s.original_ids for s in seqs]).astype(np.int32),
+        token_type=cat([s.token_type_ids for s in seqs]).astype(np.int8),
+        is_special=is_special,
+        is_masked=is_masked,
+        category=category_codes(is_special, is_masked, strings),
+        sequence=np.repeat(np.arange(len(seqs), dtype=np.int64), lengths),
+        values=np.ascontiguousarray(values),
+    )

@@ -1,0 +1,127 @@
+"""Consolidation: a run's per-shard statistics merged into one table per kind, exactly once.
+
+Generation ``g`` of a run is the record ``_mixscope/runs/<run>/stats/<g>.json``: the set of
+shards it covers and one immutable file per statistics kind. Generation g+1 merges g's
+files with the partials of committed shards g does not cover, writes new files under new
+names, then creates its record exclusively (the one commit point; a concurrent
+consolidator that loses the race discards its files). Only then are the merged partials
+and g's files deleted.
+
+Readers take the newest record and add the partials of committed shards it does not
+cover, so every committed shard is counted exactly once at any moment, also while a job
+runs; a crash at any step leaves either the old or the new generation in force. A reader
+that listed files just before a consolidation deleted them gets a clear error (query
+again), never a partial answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mixscope.store import manifest
+from mixscope.store.layout import Layout
+from mixscope.store.runs import now
+from mixscope.store.schema import STATS
+
+FORMAT = 1
+
+
+@dataclass
+class Generation:
+    generation: int = 0
+    shards: frozenset[int] = frozenset()
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind → manifest entry
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "generation": self.generation,
+            "shards": sorted(self.shards),
+            "files": self.files,
+            "created_at": now(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Generation:
+        return cls(int(d["generation"]), frozenset(int(s) for s in d["shards"]), d["files"])
+
+
+def latest(layout: Layout, run_id: str) -> Generation:
+    """The newest consolidation of the run (generation 0, covering nothing, if none)."""
+    for path in reversed(layout.list_files(layout.consolidation_dir(run_id), ".json")):
+        rec = layout.read_json(path)
+        if rec is not None:
+            return Generation.from_dict(rec)
+    return Generation()
+
+
+def sources(
+    layout: Layout, run_ids: list[str] | None = None, kinds: tuple[str, ...] = tuple(STATS)
+) -> dict[str, list[str]]:
+    """kind → the files that hold each committed shard's statistics exactly once."""
+    runs = run_ids if run_ids is not None else layout.list_dirs(layout.runs_dir())
+    out: dict[str, list[str]] = {k: [] for k in kinds}
+    for run_id in runs:
+        gen = latest(layout, run_id)  # the record first: shards committed later are partials
+        for kind in kinds:
+            if kind in gen.files:
+                out[kind].append(layout.absolute(gen.files[kind]["path"]))
+        for shard_id, rec in manifest.commits(layout, run_id).items():
+            if shard_id in gen.shards:
+                continue
+            for kind in kinds:
+                entry = rec.get("files", {}).get(kind)
+                if entry:
+                    out[kind].append(layout.absolute(entry["path"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
+    """Merge the partials of committed, not yet consolidated shards into a new generation.
+
+    Does nothing while fewer than ``min_new`` such shards exist. Idempotent: running it
+    again (or after a crash) never counts a shard twice.
+    """
+    from mixscope.stats.accumulate import merge
+
+    gen = latest(layout, run_id)
+    commits = manifest.commits(layout, run_id)
+    new = sorted(s for s in commits if s not in gen.shards)
+    if len(new) < max(1, min_new):
+        _delete_partials(layout, run_id, gen.shards)  # left by a crash after a record
+        return gen
+    nxt = Generation(gen.generation + 1, gen.shards | frozenset(new), {})
+    from mixscope.store.writer import write_parquet
+
+    for kind_name, kind in STATS.items():
+        parts = []
+        if kind_name in gen.files:
+            parts.append(layout.read_table(layout.absolute(gen.files[kind_name]["path"])))
+        for s in new:
+            entry = commits[s].get("files", {}).get(kind_name)
+            if entry:
+                parts.append(layout.read_table(layout.absolute(entry["path"])))
+        if not parts:
+            continue
+        merged = merge(kind, [p.cast(kind.schema) for p in parts])
+        path = layout.generation_file(kind_name, run_id, nxt.generation)
+        nxt.files[kind_name] = write_parquet(layout, path, merged)
+    record = f"{layout.consolidation_dir(run_id)}/{nxt.generation:06d}.json"
+    if not layout.write_json_exclusive(record, nxt.to_dict()):
+        for entry in nxt.files.values():  # another consolidator made this generation
+            layout.delete(layout.absolute(entry["path"]))
+        return latest(layout, run_id)
+    _delete_partials(layout, run_id, nxt.shards)
+    for entry in gen.files.values():
+        layout.delete(layout.absolute(entry["path"]))
+    return nxt
+
+
+def _delete_partials(layout: Layout, run_id: str, shards: frozenset[int]) -> None:
+    """Delete the partials of ``shards`` that still exist (one listing per kind)."""
+    for kind in STATS:
+        for path in layout.list_files(f"{layout.stats_dir(kind, run_id)}/_partial", ".parquet"):
+            name = path.rsplit("/", 1)[-1]
+            if name.startswith("part-") and int(name[5:-8]) in shards:
+                layout.delete(path)
