@@ -330,9 +330,27 @@ def _print_summary(summary: Any) -> None:
 
 @main.command()
 @job_options
+@click.option(
+    "--detail",
+    type=click.Choice(["full", "sample", "none"]),
+    default=None,
+    help="Per-token rows besides the statistics: every document, a sample "
+    "(output.sample_rate) or none (the spec's output.detail).",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar or progress lines.")
 def run(
-    job, model, corpus, out, workers, batch_size, max_length, revision, address, sets, no_progress
+    job,
+    model,
+    corpus,
+    out,
+    workers,
+    batch_size,
+    max_length,
+    revision,
+    address,
+    sets,
+    detail,
+    no_progress,
 ):
     """Run (or resume) the analysis job JOB (a YAML spec; flags override it).
 
@@ -342,6 +360,8 @@ def run(
       mixscope run jobs/wikitext2.yaml --workers 4 --set analysis.mask_rate=0.12
       mixscope run --model bert-base-uncased --corpus data/ --out results/
     """
+    if detail:
+        sets = (*sets, f"output.detail={detail}")
     spec = _spec_from(
         job, model, corpus, out, workers, batch_size, max_length, revision, address, sets
     )

@@ -108,6 +108,7 @@ class _Report:
         self.records = {r["run_id"]: r for r in records}
         self.con = connect(root, run_ids=list(self.records))
         present = data.runs_with_rows(self.con)
+        self.with_detail = data.runs_with_detail(self.con)
         self.runs = [r for r in data.runs(self.con) if r["run_id"] in present]
         if not self.runs:
             raise MixscopeError(
@@ -248,7 +249,8 @@ class _Report:
                 "Frequency rank of each token (1 = most frequent, from "
                 f"{source}) against the token occurrence's ratio averaged over all layers "
                 f"(the paper's Figure 4). Grey: a sample of at most {data.SAMPLE_SIZE:,} "
-                "occurrences; line: mean per log-rank bin; ρ: Spearman over all occurrences."
+                "occurrences (runs without per-token detail: one point per token, its mean); "
+                "line: mean per log-rank bin; ρ: Spearman over all occurrences."
             )
         )
         body = []
@@ -268,7 +270,9 @@ class _Report:
             s.add(H.table(["run", "measure", "ρ", "ρ without [CLS]/[SEP]", "occurrences"], body))
         for run in self.runs:
             rid = run["run_id"]
-            sample = data.frequency_sample(self.con, rid, reference=ref)
+            sample = data.frequency_sample(
+                self.con, rid, reference=ref, detail=rid in self.with_detail
+            )
             if not len(sample.get("freq_rank", [])):
                 s.add(H.note(f"{_label(run)}: no token occurrence has a frequency rank."))
                 continue

@@ -10,6 +10,7 @@ from typing import Any
 
 from mixscope.sql.named import run_query
 from mixscope.sql.readonly import execute
+from mixscope.store.schema import MEASURE_COLUMNS
 
 Rows = list[dict[str, Any]]
 
@@ -40,7 +41,18 @@ def runs(con: Any) -> Rows:
 
 
 def runs_with_rows(con: Any) -> set[str]:
-    return {r["run_id"] for r in rows(execute(con, "SELECT DISTINCT run_id FROM tokens"))}
+    """Runs with committed results (their statistics; per-token detail is optional)."""
+    return {r["run_id"] for r in rows(execute(con, "SELECT DISTINCT run_id FROM layer_stats"))}
+
+
+def runs_with_detail(con: Any) -> set[str]:
+    """Runs with per-token rows (none at all: the detail views refuse to answer)."""
+    from mixscope.errors import MixscopeError
+
+    try:
+        return {r["run_id"] for r in rows(execute(con, "SELECT DISTINCT run_id FROM tokens"))}
+    except MixscopeError:
+        return set()
 
 
 _SAMPLE = """
@@ -51,14 +63,38 @@ USING SAMPLE reservoir({limit} ROWS) REPEATABLE (0)
 """
 
 
-def frequency_sample(
-    con: Any, run_id: str, *, reference: str | None = None, limit: int = SAMPLE_SIZE
-) -> dict[str, Any]:
-    """At most ``limit`` token occurrences of one run: frequency rank and layer-averaged ratios.
+_TOKEN_MEANS = """
+SELECT freq_rank, category, {means}
+FROM ranked(token_stats, $reference)
+WHERE run_id = $run_id
+GROUP BY token_id, category, freq_rank
+"""
 
-    Same occurrences and ranks as the ``frequency_correlation`` query (the run's own corpus
-    counts, or an imported ``reference``); a reservoir sample with a fixed seed.
+
+def frequency_sample(
+    con: Any,
+    run_id: str,
+    *,
+    reference: str | None = None,
+    limit: int = SAMPLE_SIZE,
+    detail: bool = True,
+) -> dict[str, Any]:
+    """Points of the frequency scatter of one run: frequency rank and layer-averaged ratios.
+
+    With per-token ``detail``: at most ``limit`` token occurrences (a reservoir sample with
+    a fixed seed); without: one point per token and category, its mean over occurrences
+    (token_stats). Ranks as the ``frequency_correlation`` query (the run's own corpus
+    counts, or an imported ``reference``). ``label`` says which.
     """
-    sql = _SAMPLE.format(limit=int(limit))
-    cur = execute(con, sql, {"run_id": run_id, "reference": reference})
-    return cur.fetchnumpy()
+    params = {"run_id": run_id, "reference": reference}
+    if detail:
+        out = execute(con, _SAMPLE.format(limit=int(limit)), params).fetchnumpy()
+        out["label"] = "token occurrences (sample)"
+        return out
+    means = ", ".join(
+        f"sum(sum) FILTER (measure = '{m}') / sum(n) FILTER (measure = '{m}') AS {m}"
+        for m in MEASURE_COLUMNS
+    )
+    out = execute(con, _TOKEN_MEANS.format(means=means), params).fetchnumpy()
+    out["label"] = "tokens (mean over occurrences)"
+    return out

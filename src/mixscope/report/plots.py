@@ -167,7 +167,7 @@ def frequency(
                 alpha=0.25,
                 color="#7f7f7f",
                 linewidths=0,
-                label="token occurrences",
+                label=sample.get("label", "token occurrences"),
                 rasterized=True,
             )
         pts = sorted((_bin_centre(r), 100 * r["mean"]) for r in bins if r["measure"] == m)

@@ -29,7 +29,6 @@ from mixscope.store.runs import (
     write_run,
 )
 
-
 #: consolidate a run's statistics after this many new commits (and when an invocation ends)
 CONSOLIDATE_EVERY = 32
 

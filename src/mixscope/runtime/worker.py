@@ -24,6 +24,7 @@ from mixscope.runtime.results import ShardResults
 from mixscope.stats.block import Vocabulary
 from mixscope.store.layout import Layout
 
+
 class ShardWorker:
     """Loads the model once; ``process(shard)`` analyses one shard and writes its files."""
 

@@ -40,7 +40,13 @@ RUN_COLUMNS = """run_id VARCHAR, name VARCHAR, model VARCHAR, checkpoint_path VA
 
 #: the long ``tokens`` view's columns before the measures (schema 1's order, + original_id)
 TOKEN_COLUMNS = (
-    "doc_id", "segment", "position", "token_id", "token", "token_type", "is_special",
+    "doc_id",
+    "segment",
+    "position",
+    "token_id",
+    "token",
+    "token_type",
+    "is_special",
     "is_masked",
 )
 EMPTY_DETAIL = (
@@ -71,9 +77,7 @@ def _detail_views(con: Any, source: str, missing: str | None) -> None:
         message = _quote(missing)
         source = f"({EMPTY_DETAIL.replace(' WHERE false', '')} WHERE error({message}) IS NULL)"
     category = category_sql("category")
-    per_layer = ", ".join(
-        f"{_measure_expr(m, '{m}[l.layer]')} AS {m}" for m in MEASURE_COLUMNS
-    )
+    per_layer = ", ".join(f"{_measure_expr(m, '{m}[l.layer]')} AS {m}" for m in MEASURE_COLUMNS)
     con.execute(
         f"CREATE VIEW tokens AS SELECT run_id, {', '.join(TOKEN_COLUMNS)}, "
         f"l.layer::SMALLINT AS layer, {per_layer}, {category} AS category, original_id "
@@ -115,7 +119,7 @@ def _stats_view(con: Any, kind: StatsKind, files: list[str]) -> None:
     if "measure" in kind.key_names:  # histograms
         codes = [STORED_MEASURES.index(DERIVED_MEASURES.get(m, (m,))[0]) for m in MEASURE_COLUMNS]
         values = ", ".join(f"({c}, {_quote(m)})" for c, m in zip(codes, MEASURE_COLUMNS))
-        key_cols = [f"m.measure" if k == "measure" else k for k in key_cols]
+        key_cols = ["m.measure" if k == "measure" else k for k in key_cols]
         con.execute(
             f"CREATE VIEW {kind.name} AS SELECT run_id, {', '.join(key_cols)}, "
             f"{', '.join(shared)} FROM ({base}) b JOIN (VALUES {values}) m(code, measure) "
@@ -139,8 +143,12 @@ def _duck_type(t: Any) -> str:
     import pyarrow as pa
 
     return {
-        pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INTEGER",
-        pa.int64(): "BIGINT", pa.float32(): "FLOAT", pa.float64(): "DOUBLE",
+        pa.int8(): "TINYINT",
+        pa.int16(): "SMALLINT",
+        pa.int32(): "INTEGER",
+        pa.int64(): "BIGINT",
+        pa.float32(): "FLOAT",
+        pa.float64(): "DOUBLE",
         pa.string(): "VARCHAR",
     }[t]
 
@@ -161,6 +169,45 @@ UNION ALL
 SELECT o.*, f.rank
 FROM occurrences o JOIN frequencies f ON f.token = o.token
 WHERE f.reference = ref AND f.token_id IS NULL
+"""
+
+# Spearman's rho from counts. ``cells``: (grp, x, y, c) = c observations at (x, y) in group
+# grp (any type, e.g. a struct). Ties share the mean of their ranks, computed from the
+# counts (cumulative sums over distinct x and y), so nothing sorts the observations. With
+# ``binned``, y is a histogram bin standing for values that may differ inside it; ``bound``
+# is then the worst case of |rho - rho of the values|: s + s²/2 with
+# s² = Σ_b c_b (c_b² - 1) / (12 Σ_b c_b (r_b - (n + 1)/2)²), r_b the bin's mean rank.
+SPEARMAN = """
+CREATE MACRO spearman(cells, binned) AS TABLE
+WITH totals AS (SELECT grp, sum(c) AS n FROM query_table(cells) GROUP BY grp),
+xs AS (SELECT grp, x, sum(c) AS cx FROM query_table(cells) GROUP BY grp, x),
+xr AS (
+    SELECT grp, x, sum(cx) OVER (PARTITION BY grp ORDER BY x ROWS UNBOUNDED PRECEDING)
+        - (cx - 1) / 2.0 AS rx
+    FROM xs
+),
+ys AS (SELECT grp, y, sum(c) AS cy FROM query_table(cells) GROUP BY grp, y),
+yr AS (
+    SELECT grp, y, cy, sum(cy) OVER (PARTITION BY grp ORDER BY y ROWS UNBOUNDED PRECEDING)
+        - (cy - 1) / 2.0 AS ry
+    FROM ys
+),
+spread AS (
+    SELECT grp, sum(cy * (cy * cy - 1.0)) AS ties, sum(cy * power(ry - (n + 1) / 2.0, 2)) AS syy
+    FROM yr JOIN totals USING (grp) GROUP BY grp
+),
+centred AS (
+    SELECT grp, c, rx - (n + 1) / 2.0 AS dx, ry - (n + 1) / 2.0 AS dy
+    FROM query_table(cells) JOIN xr USING (grp, x) JOIN yr USING (grp, y) JOIN totals USING (grp)
+),
+rho AS (
+    SELECT grp, sum(c)::BIGINT AS n, sum(c * dx * dy) / sqrt(sum(c * dx * dx) * sum(c * dy * dy)) AS rho
+    FROM centred GROUP BY grp
+)
+SELECT grp, n, rho,
+    CASE WHEN NOT binned THEN 0.0 WHEN syy = 0 THEN NULL
+        ELSE sqrt(ties / (12 * syy)) + ties / (24 * syy) END AS bound
+FROM rho JOIN spread USING (grp)
 """
 
 # the same join for any table with run_id, token_id and token (token_stats, token_hist):
@@ -288,6 +335,7 @@ def connect(
     )
     con.execute(RANKED_OCCURRENCES)
     con.execute(RANKED)
+    con.execute(SPEARMAN)
 
     con.execute(f"CREATE TABLE runs ({RUN_COLUMNS})")
     if runs:
