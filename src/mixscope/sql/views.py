@@ -118,7 +118,8 @@ def _stats_view(con: Any, kind: StatsKind, files: list[str]) -> None:
     key_cols = [category_sql(k) + " AS category" if k == "category" else k for k in kind.key_names]
     if "measure" in kind.key_names:  # histograms
         codes = [STORED_MEASURES.index(DERIVED_MEASURES.get(m, (m,))[0]) for m in MEASURE_COLUMNS]
-        values = ", ".join(f"({c}, {_quote(m)})" for c, m in zip(codes, MEASURE_COLUMNS))
+        pairs = zip(codes, MEASURE_COLUMNS, strict=True)
+        values = ", ".join(f"({c}, {_quote(m)})" for c, m in pairs)
         key_cols = ["m.measure" if k == "measure" else k for k in key_cols]
         con.execute(
             f"CREATE VIEW {kind.name} AS SELECT run_id, {', '.join(key_cols)}, "
@@ -201,7 +202,8 @@ centred AS (
     FROM query_table(cells) JOIN xr USING (grp, x) JOIN yr USING (grp, y) JOIN totals USING (grp)
 ),
 rho AS (
-    SELECT grp, sum(c)::BIGINT AS n, sum(c * dx * dy) / sqrt(sum(c * dx * dx) * sum(c * dy * dy)) AS rho
+    SELECT grp, sum(c)::BIGINT AS n,
+        sum(c * dx * dy) / sqrt(sum(c * dx * dx) * sum(c * dy * dy)) AS rho
     FROM centred GROUP BY grp
 )
 SELECT grp, n, rho,
