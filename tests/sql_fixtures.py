@@ -1,17 +1,18 @@
 """Results directories for the SQL tests: one from real jobs, one synthetic in the real schema.
 
-The synthetic directory is written through the store's own primitives (``Layout``,
-``write_parquet``, ``commit_shard``, ``write_run``), so its files, commit records and run
-records are exactly what a job writes; only the numbers are chosen, to hit edge cases:
+The synthetic directory is written through the worker's own result path (``ShardResults``:
+statistics, detail, documents) and the store's primitives (``commit_shard``,
+``consolidate``, ``write_run``), so its files, commit records and run records are exactly
+what a job writes; only the numbers are chosen, to hit edge cases:
 
 - measures quantized to multiples of 1/8 (exact in float32 and in every sum), so values,
   per-token means and frequencies tie, and ties are exact in DuckDB and numpy alike;
 - three runs of one model (``name``) at steps 100/200/300 and one of another model, for
   ``checkpoint_trend``;
-- an ``edge`` run with 3 layers, a constant measure (``attnres_w``), ``[UNK]`` marked
+- an ``edge`` run with 3 layers, constant measures (``attn_w``, ``attnres_w``), ``[UNK]`` marked
   special (category ``other_special``), sequences without a [MASK] or without an [UNK],
   a document split into two segments, pairs (token_type 1), and frequencies split over
-  two shards (the view sums them).
+  two shards (the view sums them), its statistics left unconsolidated (per-shard partials).
 """
 
 from __future__ import annotations
@@ -23,18 +24,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mixscope.config import OutputSpec
+from mixscope.corpus.encode import EncodedSequence
+from mixscope.corpus.plan import Document
+from mixscope.runtime.results import ShardResults
+from mixscope.stats.block import Vocabulary
+from mixscope.stats.consolidate import consolidate
 from mixscope.store.layout import Layout
 from mixscope.store.manifest import commit_shard
 from mixscope.store.runs import now, write_run
-from mixscope.store.schema import MEASURE_COLUMNS, SCHEMA_VERSION, TOKENS_SCHEMA
-from mixscope.store.writer import write_parquet
+from mixscope.store.schema import MEASURE_COLUMNS, SCHEMA_VERSION
 
 MEASURES = MEASURE_COLUMNS
-
-#: the per-shard frequency files a job writes (token_id, token, count of unmasked tokens)
-FREQUENCY_SCHEMA = pa.schema(
-    [("token_id", pa.int32()), ("token", pa.string()), ("count", pa.int64())]
-)
 
 CLS, SEP, MASK, UNK = (101, "[CLS]"), (102, "[SEP]"), (103, "[MASK]"), (100, "[UNK]")
 #: word pieces of the synthetic corpus (ids of the MiniLM vocabulary; any ids would do)
@@ -113,59 +114,69 @@ def make_sequences(
 
 
 def token_string(token_id: int) -> str:
-    return {CLS[0]: CLS[1], SEP[0]: SEP[1], MASK[0]: MASK[1], UNK[0]: UNK[1], **WORDS}[token_id]
+    known = {CLS[0]: CLS[1], SEP[0]: SEP[1], MASK[0]: MASK[1], UNK[0]: UNK[1], **WORDS}
+    return known.get(token_id, f"w{token_id}")
 
 
-def tokens_table(
+class SyntheticTokenizer:
+    """The one tokenizer method the result path needs: token strings by id."""
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return [token_string(int(i)) for i in ids]
+
+
+def shard_arrays(
     seqs: list[dict[str, Any]],
     layers: int,
     rng: np.random.Generator,
     constant: dict[str, float] | None = None,
     step_shift: int = 0,
-) -> pa.Table:
-    """One row per (sequence, position, layer) in TOKENS_SCHEMA; measures in {0, 1/8, …, 1}."""
-    cols: dict[str, list] = {f.name: [] for f in TOKENS_SCHEMA}
+) -> tuple[list[EncodedSequence], list[np.ndarray]]:
+    """Engine-shaped results: sequences and [layer, measure, seq] arrays in {0, 1/8, …, 1}.
+
+    attnres_w is attn_w / 2, as the engine makes it (``constant`` sets attn_w).
+    """
+    encoded, measures = [], []
     for s in seqs:
-        for layer in range(1, layers + 1):
-            for pos, tid in enumerate(s["token_id"]):
-                cols["doc_id"].append(s["doc_id"])
-                cols["segment"].append(s["segment"])
-                cols["position"].append(pos)
-                cols["token_id"].append(tid)
-                cols["token"].append(token_string(tid))
-                cols["token_type"].append(s["token_type"][pos])
-                cols["is_special"].append(s["is_special"][pos])
-                cols["is_masked"].append(s["is_masked"][pos])
-                cols["layer"].append(layer)
-    n = len(cols["doc_id"])
-    layer_arr = np.asarray(cols["layer"])
-    for m in MEASURES:
-        if constant and m in constant:
-            cols[m] = np.full(n, constant[m], np.float32)
-        else:
+        n = len(s["token_id"])
+        encoded.append(
+            EncodedSequence(
+                doc_id=s["doc_id"],
+                segment=s["segment"],
+                input_ids=np.asarray(s["token_id"], np.int64),
+                token_type_ids=np.asarray(s["token_type"], np.int64),
+                special=np.asarray(s["is_special"], bool),
+                masked=np.asarray(s["is_masked"], bool),
+                original_ids=np.asarray(s["original_ids"], np.int64),
+            )
+        )
+        m = np.zeros((layers, len(MEASURES), n), np.float32)
+        for k, name in enumerate(MEASURES):
+            if name == "attnres_w":
+                continue
+            if constant and name in constant:
+                m[:, k] = constant[name]
+                continue
             # mixing grows with depth (and with the training step) plus quantized noise
-            k = rng.integers(0, 6, n) + np.minimum(layer_arr - 1 + step_shift, 3)
-            cols[m] = (np.clip(k, 0, 8) / 8.0).astype(np.float32)
-    arrays = []
-    for f in TOKENS_SCHEMA:
-        if f.name == "token":
-            arrays.append(pa.array(cols["token"], pa.string()).dictionary_encode())
-        else:
-            arrays.append(pa.array(cols[f.name], f.type))
-    return pa.Table.from_arrays(arrays, schema=TOKENS_SCHEMA)
+            layer = np.arange(layers)[:, None]
+            q = rng.integers(0, 6, (layers, n)) + np.minimum(layer + step_shift, 3)
+            m[:, k] = np.clip(q, 0, 8) / 8.0
+        m[:, MEASURES.index("attnres_w")] = m[:, MEASURES.index("attn_w")] / 2
+        measures.append(m)
+    return encoded, measures
 
 
-def frequency_table(seqs: list[dict[str, Any]]) -> pa.Table:
-    ids = np.concatenate([np.asarray(s["original_ids"]) for s in seqs])
-    uniq, counts = np.unique(ids, return_counts=True)
-    return pa.Table.from_arrays(
-        [
-            pa.array(uniq.astype(np.int32)),
-            pa.array([token_string(int(t)) for t in uniq]),
-            pa.array(counts.astype(np.int64)),
-        ],
-        schema=FREQUENCY_SCHEMA,
-    )
+def result_tables(
+    seqs: list[dict[str, Any]], layers: int, rng: np.random.Generator
+) -> tuple[pa.Table, dict[str, pa.Table]]:
+    """The detail table and the statistics tables a worker would write for ``seqs``."""
+    from mixscope.stats.accumulate import statistics
+    from mixscope.stats.block import token_block
+    from mixscope.stats.detail import detail_table
+
+    vocab = Vocabulary(SyntheticTokenizer())
+    block = token_block(*shard_arrays(seqs, layers, rng), vocab)
+    return detail_table(block, vocab), statistics(block, vocab)
 
 
 # -- a run written through the store ---------------------------------------------------
@@ -174,53 +185,65 @@ def frequency_table(seqs: list[dict[str, Any]]) -> pa.Table:
 def write_synthetic_run(
     layout: Layout,
     run_id: str,
-    shards: list[tuple[pa.Table, pa.Table | None]],
+    shards: list[tuple[list[EncodedSequence], list[np.ndarray]]],
     *,
     name: str,
     step: int | None,
     options: dict[str, Any] | None = None,
+    consolidated: bool = True,
 ) -> dict[str, Any]:
-    """Files, commit records, plan and run record of a complete run, as the driver writes them."""
+    """Files (through the worker's result path), commit records, plan and run record of a
+    complete run, as a job writes them; ``consolidated``: the statistics merged, or left as
+    per-shard partials."""
     created = now()
+    docs_per_shard = [sorted({s.doc_id for s in seqs}) for seqs, _ in shards]
     plan = {
         "files": [f"/synthetic/{name}.txt"],
-        "n_docs": sum(int(np.unique(t["doc_id"].to_numpy()).size) for t, _ in shards),
+        "n_docs": sum(len(d) for d in docs_per_shard),
         "bad": {},
         "bad_examples": [],
         "fingerprint": f"corpus-{name}",
         "shards": [
-            {"shard_id": k, "file": f"/synthetic/{name}.txt", "start": k, "stop": k + 1}
-            for k in range(len(shards))
+            {
+                "shard_id": k,
+                "file": f"/synthetic/{name}.txt",
+                "start": k,
+                "first_doc": docs[0],
+                "n_docs": len(docs),
+            }
+            for k, docs in enumerate(docs_per_shard)
         ],
     }
     layout.write_json(f"{layout.run_dir(run_id)}/plan.json", plan)
     rows = tokens = 0
-    for shard_id, (table, freqs) in enumerate(shards):
-        files = {
-            "tokens": write_parquet(layout, layout.data_file("tokens", run_id, shard_id), table)
-        }
-        if freqs is not None:
-            files["frequencies"] = write_parquet(
-                layout, layout.data_file("frequencies", run_id, shard_id), freqs
-            )
-        n_layers = int(np.unique(table["layer"].to_numpy()).size)
+    vocab = Vocabulary(SyntheticTokenizer())
+    for shard_id, (seqs, measures) in enumerate(shards):
+        results = ShardResults(layout, run_id, shard_id, vocab, OutputSpec(detail="full"))
+        results.add(seqs, measures)
+        docs = [
+            Document(d, f"text {d}", f"/synthetic/{name}.txt", d) for d in docs_per_shard[shard_id]
+        ]
+        files = results.finish(docs)
         commit_shard(
             layout,
             run_id,
             {
                 "run_id": run_id,
                 "shard_id": shard_id,
-                "docs": int(np.unique(table["doc_id"].to_numpy()).size),
-                "sequences": 0,
-                "tokens": table.num_rows // max(1, n_layers),
-                "rows": table.num_rows,
+                "docs": len(docs),
+                "sequences": len(seqs),
+                "tokens": results.tokens,
+                "rows": results.rows,
+                "detail_rows": results.detail_rows,
                 "files": files,
                 "attempt": 1,
                 "committed_at": now(),
             },
         )
-        rows += table.num_rows
-        tokens += table.num_rows // max(1, n_layers)
+        rows += results.rows
+        tokens += results.tokens
+    if consolidated:
+        consolidate(layout, run_id)
     record = {
         "run_id": run_id,
         "name": name,
@@ -242,7 +265,12 @@ def write_synthetic_run(
             "bad": {},
             "bad_examples": [],
         },
-        "options": options or {"analysis": {"mask_rate": 0.3}, "schema_version": SCHEMA_VERSION},
+        "options": options
+        or {
+            "analysis": {"mask_rate": 0.3},
+            "output": {"detail": "full"},
+            "schema_version": SCHEMA_VERSION,
+        },
         "spec": {"model": f"/models/{name}/step-{step}", "name": name},
         "shards_total": len(shards),
         "shards_done": len(shards),
@@ -266,10 +294,7 @@ def build_synthetic(root: str | Path, *, seed: int = 0) -> dict[str, Any]:
     for k, (step, run_id) in enumerate(sorted(CKPT_RUNS.items())):
         shard_rng = np.random.default_rng(seed + 10 + k)
         shards = [
-            (
-                tokens_table(part, 2, shard_rng, step_shift=k),
-                frequency_table(part),
-            )
+            shard_arrays(part, 2, shard_rng, step_shift=k)
             for part in (ckpt_seqs[:half], ckpt_seqs[half:])
         ]
         write_synthetic_run(layout, run_id, shards, name=CKPT_MODEL, step=step)
@@ -277,23 +302,21 @@ def build_synthetic(root: str | Path, *, seed: int = 0) -> dict[str, Any]:
     write_synthetic_run(
         layout,
         OTHER_RUN,
-        [(tokens_table(other, 1, rng), frequency_table(other))],
+        [shard_arrays(other, 1, rng)],
         name=OTHER_MODEL,
         step=50,
     )
     # the edge run: pairs, [UNK] specials, a split document, a constant measure, 2 shards
     edge_a = make_sequences(rng, 5, pairs=True, unk_every=2, split_doc=3)
     edge_b = make_sequences(rng, 4, first_doc=5, pairs=True, unk_every=2)
-    constant = {"attnres_w": 0.25}
+    constant = {"attn_w": 0.5}  # attnres_w = 0.25 throughout
     write_synthetic_run(
         layout,
         EDGE_RUN,
-        [
-            (tokens_table(edge_a, 3, rng, constant), frequency_table(edge_a)),
-            (tokens_table(edge_b, 3, rng, constant), frequency_table(edge_b)),
-        ],
+        [shard_arrays(edge_a, 3, rng, constant), shard_arrays(edge_b, 3, rng, constant)],
         name=EDGE_MODEL,
         step=None,
+        consolidated=False,  # read from the per-shard partials
     )
     return {
         "ckpt": dict(CKPT_RUNS),
@@ -347,6 +370,7 @@ def build_real(model_dir: str, root: str | Path, corpus_dir: str | Path) -> list
                 "runtime.executor": "local",
                 "runtime.docs_per_shard": 3,
                 "runtime.batch_size": 4,
+                "output.detail": "full",
             },
         )
         summary = run_job(spec, show_progress=False)

@@ -38,6 +38,7 @@ def _spec(model: str, out, **overrides):
         "runtime.batch_size": 4,
         "analysis.max_length": 32,
         "runtime.max_retries": 1,
+        "output.detail": "full",
     }
     return load_spec(None, {**base, **overrides})
 

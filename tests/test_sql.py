@@ -39,6 +39,8 @@ from mixscope.store.manifest import record_failure
 from mixscope.store.writer import parquet_bytes, write_parquet
 
 MEASURES = sf.MEASURES
+ID_COLUMNS = ("doc_id", "segment", "position", "token_id", "token", "token_type", "is_special")
+ID_COLUMNS += ("is_masked", "original_id")
 ORD = {m: k for k, m in enumerate(MEASURES)}
 CATEGORIES = ("cls", "mask", "normal", "other_special", "sep")
 REFERENCES = ("ref_text", "ref_csv", "ref_parquet")
@@ -55,7 +57,7 @@ def _invoke(*args: str, input: str | None = None):
 def _import_references(root: Path, folder: Path) -> dict[str, tuple[str, dict]]:
     """Import the three reference files with the CLI; name → (key kind, key → count)."""
     tokens: dict[int, str] = {}
-    for path in sorted(root.glob("frequencies/run_id=*/part-*.parquet")):
+    for path in sorted(root.glob("tokens/run_id=*/part-*.parquet")):
         for row in pq.read_table(path).to_pylist():
             tokens[row["token_id"]] = row["token"]
     files = sf.write_reference_files(folder, tokens)
@@ -113,14 +115,18 @@ class Rows:
             counts: dict[int, int] = defaultdict(int)
             for commit in sorted((run_dir / "commits").glob("*.json")):
                 files = json.loads(commit.read_text())["files"]
-                table = pq.read_table(Path(root, files["tokens"]["path"])).to_pydict()
-                for name, values in table.items():
-                    cols[name] += values
-                cols["run_id"] += [run_id] * len(table["doc_id"])
-                if "frequencies" in files:
-                    path = Path(root, files["frequencies"]["path"])  # root-relative
-                    for row in pq.read_table(path).to_pylist():
-                        counts[row["token_id"]] += row["count"]
+                # one row per token, each stored measure a list over the layers
+                table = pq.read_table(Path(root, files["tokens"]["path"])).to_pylist()
+                for row in table:
+                    counts[row["original_id"]] += 1  # the corpus counts, before masking
+                    for layer, a_w in enumerate(row["attn_w"], start=1):
+                        for name in ID_COLUMNS:
+                            cols[name].append(row[name])
+                        cols["layer"].append(layer)
+                        cols["run_id"].append(run_id)
+                        for m in MEASURES:
+                            source = a_w / 2 if m == "attnres_w" else row[m][layer - 1]
+                            cols[m].append(source)
             if counts:
                 self.freq[run_id] = dict(counts)
         self.n = len(cols["doc_id"])
@@ -190,6 +196,24 @@ def rho(x, y) -> float:
         warnings.simplefilter("ignore")  # constant input: nan, as it should be
         value = spearmanr(np.asarray(x, np.float64), np.asarray(y, np.float64))[0]
     return float(value)
+
+
+def rho_bound(values, measure: str) -> float:
+    """The bound the Spearman queries report, from first principles: values binned on the
+    grid, each bin's count c and mean rank r; s² = Σ c (c² - 1) / (12 Σ c (r - (n+1)/2)²).
+    attnres_w = attn_w / 2 is binned as attn_w (its source: the same ranks)."""
+    from mixscope.store.schema import HIST_BINS
+
+    v = np.asarray(values, np.float64) * (2.0 if measure == "attnres_w" else 1.0)
+    b = np.clip(np.floor(v * HIST_BINS), 0, HIST_BINS - 1)
+    _, counts = np.unique(b, return_counts=True)
+    c = counts.astype(np.float64)
+    r = np.cumsum(c) - (c - 1) / 2
+    syy = float(np.sum(c * (r - (len(v) + 1) / 2) ** 2))
+    if syy == 0:
+        return float("nan")
+    s2 = float(np.sum(c * (c * c - 1))) / (12 * syy)
+    return math.sqrt(s2) + s2 / 2
 
 
 def same(got: Any, want: Any) -> bool:
@@ -423,7 +447,9 @@ def expect_frequency_correlation(res, rows: Rows, run_id=None, reference=None):
         for m in MEASURES:
             rho_all = rho(ranks, [o[m] for _, o in joined])
             rho_ns = rho([k for k, _ in plain], [o[m] for _, o in plain])
-            out.append((r, m, rho_all, rho_ns, len(joined), len(plain)))
+            bounds = [rho_bound([o[m] for _, o in subset], m) for subset in (joined, plain)]
+            bound = max(bounds) if not any(math.isnan(b) for b in bounds) else float("nan")
+            out.append((r, m, rho_all, rho_ns, len(joined), len(plain), bound))
     return out
 
 
@@ -447,7 +473,8 @@ def expect_depth_correlation(rows: Rows, run_id=None):
             continue
         sel = rows.run_id == r
         for m in MEASURES:
-            out.append((r, m, rho(rows.layer[sel], rows.values[m][sel]), int(sel.sum())))
+            values = rows.values[m][sel]
+            out.append((r, m, rho(rows.layer[sel], values), int(sel.sum()), rho_bound(values, m)))
     return out
 
 
@@ -508,6 +535,29 @@ def _check(res, name, want, **params):
     return got
 
 
+RHO_COLUMNS = {"rho", "rho_all", "rho_no_special"}
+
+
+def _check_rho(res, name, want, **params):
+    """A Spearman query from histograms: exact where no bin holds two distinct values (the
+    synthetic data, multiples of 1/8), else every rho within the bound, which is checked
+    against its own independent computation."""
+    if res["kind"] == "synthetic":
+        return _check(res, name, want, **params)
+    columns, got = run(res["root"], name, **params)
+    assert columns == list(get_query(name).columns)
+    assert len(got) == len(want), name
+    bound = columns.index("bound")
+    for g, w in zip(got, want, strict=True):
+        assert 0 <= g[bound] < 0.05, g  # the bins are fine for these few hundred values
+        for c, gv, wv in zip(columns, g, w, strict=True):
+            if c in RHO_COLUMNS and not sf.nan_or_none(wv):
+                assert abs(gv - wv) <= g[bound] + 1e-12, (name, c, g, w)
+            else:
+                assert same(gv, wv), (name, c, g, w)
+    return got
+
+
 def test_every_named_query_is_checked_here():
     names = set(all_queries())
     assert names == {
@@ -516,6 +566,7 @@ def test_every_named_query_is_checked_here():
         "layer_summary",
         "token_types",
         "frequency_correlation",
+        "frequency_correlation_exact",
         "frequency_bins",
         "depth_correlation",
         "checkpoint_trend",
@@ -569,7 +620,7 @@ def test_frequency_correlation(res, reference):
     rows = rows_of(res)
     want = expect_frequency_correlation(res, rows, reference=reference)
     params = {} if reference is None else {"reference": reference}
-    got = _check(res, "frequency_correlation", want, **params)
+    got = _check_rho(res, "frequency_correlation", want, **params)
     assert len(got) == 5 * len(rows.runs)
     assert any(not sf.nan_or_none(g[2]) and abs(g[2]) > 0.01 for g in got)
     if res["kind"] == "synthetic":  # the constant column has no rank correlation
@@ -577,7 +628,19 @@ def test_frequency_correlation(res, reference):
         assert sf.nan_or_none(edge[0][2]) and sf.nan_or_none(edge[0][3])
     one = res["runs"][1]
     want_one = expect_frequency_correlation(res, rows, run_id=one, reference=reference)
-    _check(res, "frequency_correlation", want_one, run_id=one, **params)
+    _check_rho(res, "frequency_correlation", want_one, run_id=one, **params)
+
+
+@pytest.mark.parametrize("reference", [None, "ref_text"])
+def test_frequency_correlation_exact(res, reference):
+    rows = rows_of(res)
+    exact = lambda want: [(*w[:-1], 0.0) for w in want]  # noqa: E731  no bound: exact
+    want = expect_frequency_correlation(res, rows, reference=reference)
+    params = {} if reference is None else {"reference": reference}
+    _check(res, "frequency_correlation_exact", exact(want), **params)
+    one = res["runs"][0]
+    want_one = expect_frequency_correlation(res, rows, run_id=one, reference=reference)
+    _check(res, "frequency_correlation_exact", exact(want_one), run_id=one, **params)
 
 
 def test_frequency_correlation_ignores_other_references(res):
@@ -606,39 +669,27 @@ def test_frequency_bins(res, reference, per_decade):
 def test_frequency_bin_edges_are_exact(tmp_path):
     """Ranks 1, 10, 100, 1000 open a bin; 9, 99, 999 close the one before (any k)."""
     layout = Layout.open(str(tmp_path))
-    # 1200 distinct tokens with strictly decreasing counts: rank = position in the list
+    # 1200 distinct tokens, ranked by a reference with strictly decreasing counts
     ids = list(range(1000, 2200))
     n = len(ids)
-    columns = {
-        "doc_id": [0] * n,
-        "segment": [0] * n,
-        "position": list(range(n)),
+    seq = {
+        "doc_id": 0,
+        "segment": 0,
+        "original_ids": ids,
         "token_id": ids,
-        "token": pa.array([f"w{t}" for t in ids]).dictionary_encode(),
         "token_type": [0] * n,
         "is_special": [False] * n,
         "is_masked": [False] * n,
-        "layer": [1] * n,
-        **{m: [0.5] * n for m in MEASURES},
     }
-    table = pa.Table.from_arrays(
-        [
-            columns[f.name] if f.name == "token" else pa.array(columns[f.name], f.type)
-            for f in sf.TOKENS_SCHEMA
-        ],
-        schema=sf.TOKENS_SCHEMA,
+    rng = np.random.default_rng(3)
+    sf.write_synthetic_run(
+        layout, "edges", [sf.shard_arrays([seq], 1, rng)], name="edges", step=None
     )
-    freqs = pa.Table.from_arrays(
-        [
-            pa.array(ids, pa.int32()),
-            pa.array([f"w{t}" for t in ids]),
-            pa.array([10_000 - k for k in range(n)], pa.int64()),
-        ],
-        schema=sf.FREQUENCY_SCHEMA,
-    )
-    sf.write_synthetic_run(layout, "edges", [(table, freqs)], name="edges", step=None)
+    ref = tmp_path / "ref.csv"
+    ref.write_text("token_id,count\n" + "".join(f"{t},{10_000 - k}\n" for k, t in enumerate(ids)))
+    assert _invoke("frequencies", "import", str(tmp_path), str(ref), "--name", "e").exit_code == 0
     for k in (1, 2, 3, 4, 6):
-        got = run(str(tmp_path), "frequency_bins", bins_per_decade=k)[1]
+        got = run(str(tmp_path), "frequency_bins", bins_per_decade=k, reference="e")[1]
         ns = {g[2]: g[6] for g in got if g[1] == "attn_w"}
         want: dict[int, int] = defaultdict(int)
         for rank in range(1, n + 1):
@@ -648,14 +699,14 @@ def test_frequency_bin_edges_are_exact(tmp_path):
 
 def test_depth_correlation(res):
     rows = rows_of(res)
-    got = _check(res, "depth_correlation", expect_depth_correlation(rows))
+    got = _check_rho(res, "depth_correlation", expect_depth_correlation(rows))
     assert len(got) == 5 * len(rows.runs)
     if res["kind"] == "synthetic":
         by = {(g[0], g[1]): g[2] for g in got}
         assert sf.nan_or_none(by[(sf.EDGE_RUN, "attnres_w")])  # constant
         assert by[("ckpt-100", "attn_n")] > 0.1  # the data grow with depth
     one = res["runs"][0]
-    _check(res, "depth_correlation", expect_depth_correlation(rows, one), run_id=one)
+    _check_rho(res, "depth_correlation", expect_depth_correlation(rows, one), run_id=one)
 
 
 def test_checkpoint_trend(res):
@@ -822,6 +873,7 @@ STRING_PARAMS = {
     "layer_summary": ["run_id"],
     "token_types": ["run_id"],
     "frequency_correlation": ["run_id", "reference"],
+    "frequency_correlation_exact": ["run_id", "reference"],
     "frequency_bins": ["run_id", "reference"],
     "depth_correlation": ["run_id"],
     "checkpoint_trend": ["model"],
@@ -863,7 +915,7 @@ def test_a_model_name_with_quotes_is_matched_as_a_value(tmp_path):
     sf.write_synthetic_run(
         layout,
         "quoted",
-        [(sf.tokens_table(seqs, 2, rng), sf.frequency_table(seqs))],
+        [sf.shard_arrays(seqs, 2, rng)],
         name=name,
         step=7,
     )
@@ -932,15 +984,13 @@ def test_uncommitted_and_partial_files_are_invisible(tmp_path):
     }
     rng = np.random.default_rng(9)
     seqs = sf.make_sequences(rng, 2, first_doc=999_990)
-    junk = sf.tokens_table(seqs, 3, rng)
-    freq_junk = pa.table(
-        {"token_id": pa.array([1996], pa.int32()), "token": ["the"], "count": pa.array([10**9])}
-    )
+    junk, junk_stats = sf.result_tables(seqs, 3, rng)
     edge = sf.EDGE_RUN
     tokens_dir = Path(layout.data_dir("tokens", edge))
     # 1. renamed but never committed (the driver died between rename and commit)
     write_parquet(layout, layout.data_file("tokens", edge, 7), junk)
-    write_parquet(layout, layout.data_file("frequencies", edge, 7), freq_junk)
+    for kind, table in junk_stats.items():
+        write_parquet(layout, layout.shard_file(kind, edge, 7), table)
     record_failure(layout, edge, 7, "RuntimeError: boom", 3)
     # 2. a worker's hidden temporary file, complete or half-written
     (tokens_dir / ".part-000008.parquet.1a2b3c4d.tmp").write_bytes(parquet_bytes(junk))
@@ -949,7 +999,8 @@ def test_uncommitted_and_partial_files_are_invisible(tmp_path):
     (tokens_dir / "part-000010.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
     committed = (tokens_dir / "part-000000.parquet").read_bytes()
     (tokens_dir / "part-000011.parquet").write_bytes(committed[: len(committed) // 2])
-    (Path(layout.data_dir("frequencies", edge)) / "part-000012.parquet").write_bytes(b"junk")
+    partials = Path(layout.shard_file("frequencies", edge, 12)).parent
+    (partials / "part-000012.parquet").write_bytes(b"junk")
     # 4. a half-written commit record (hidden temporary name)
     (root / "_mixscope" / "runs" / edge / "commits" / ".000007.json.0badc0de.tmp").write_text(
         json.dumps(
@@ -1078,7 +1129,11 @@ def test_frequency_correlation_uses_the_reference_via_cli(real_root):
         assert result.exit_code == 0, result.output
         got = [tuple(d.values()) for d in json.loads(result.stdout)]
         want = expect_frequency_correlation(real_root, rows, reference=reference)
-        assert_rows(list(json.loads(result.stdout)[0]), got, want, reference)
+        assert got == run(root, "frequency_correlation", reference=reference)[1]
+        assert len(got) == len(want) and all(
+            abs(g[2] - w[2]) <= g[-1] and abs(g[3] - w[3]) <= g[-1]
+            for g, w in zip(got, want, strict=True)
+        )
     own = run(root, "frequency_correlation")[1]
     assert [g[2] for g in own] != [g[2] for g in got]  # the reference changed the numbers
 
@@ -1212,7 +1267,8 @@ def test_query_outputs_with_nan_and_null(synth_root, tmp_path):
     check_outputs(args, columns, want, tmp_path)
     result = _invoke(*args, "--format", "json")
     nulls = [d for d in json.loads(result.stdout) if d["rho"] is None]
-    assert [d["measure"] for d in nulls] == ["attnres_w"]
+    assert all(d["bound"] is None for d in nulls)
+    assert [d["measure"] for d in nulls] == ["attn_w", "attnres_w"]  # constant: 0.5, 0.25
 
 
 def test_queries_command_lists_every_query_and_parameter():
@@ -1292,7 +1348,7 @@ def test_an_all_digit_run_id_stays_a_string(tmp_path):
     sf.write_synthetic_run(
         layout,
         run_id,
-        [(sf.tokens_table(seqs, 2, rng), sf.frequency_table(seqs))],
+        [sf.shard_arrays(seqs, 2, rng)],
         name="m",
         step=10,
     )

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pyarrow as pa
+
 from mixscope.errors import MixscopeError
 from mixscope.stats import consolidate as consolidation
 from mixscope.store import manifest
@@ -59,11 +61,13 @@ EMPTY_DETAIL = (
 )
 
 
-def _measure_expr(measure: str, template: str) -> str:
-    """``template`` ({m} = a stored measure) for ``measure``, derived ones scaled."""
+def _measure_expr(measure: str, template: str, cast: str = "") -> str:
+    """``template`` ({m} = a stored measure) for ``measure``, derived ones scaled (and cast
+    to ``cast``: FLOAT keeps a float32 value float32, exactly, as the engine made it)."""
     if measure in DERIVED_MEASURES:
         source, factor = DERIVED_MEASURES[measure]
-        return f"(({template.format(m=source)}) * {factor})::FLOAT"
+        scaled = f"(({template.format(m=source)}) * {factor})"
+        return f"{scaled}::{cast}" if cast else scaled
     return template.format(m=measure)
 
 
@@ -77,7 +81,9 @@ def _detail_views(con: Any, source: str, missing: str | None) -> None:
         message = _quote(missing)
         source = f"({EMPTY_DETAIL.replace(' WHERE false', '')} WHERE error({message}) IS NULL)"
     category = category_sql("category")
-    per_layer = ", ".join(f"{_measure_expr(m, '{m}[l.layer]')} AS {m}" for m in MEASURE_COLUMNS)
+    per_layer = ", ".join(
+        f"{_measure_expr(m, '{m}[l.layer]', 'FLOAT')} AS {m}" for m in MEASURE_COLUMNS
+    )
     con.execute(
         f"CREATE VIEW tokens AS SELECT run_id, {', '.join(TOKEN_COLUMNS)}, "
         f"l.layer::SMALLINT AS layer, {per_layer}, {category} AS category, original_id "
@@ -127,8 +133,13 @@ def _stats_view(con: Any, kind: StatsKind, files: list[str]) -> None:
             "ON b.measure = m.code"
         )
         return
+    exact = {v for v, t, _ in kind.values if pa.types.is_decimal(t)}
+    # the exact decimal sums are merged above, then read as DOUBLE
+    cast = {st: "::DOUBLE" if f"{STORED_MEASURES[0]}_{st}" in exact else "" for st in moments}
     wide = ", ".join(
-        f"{_measure_expr(m, '{m}_' + st)} AS {m}_{st}" for m in MEASURE_COLUMNS for st in moments
+        f"{_measure_expr(m, '{m}_' + st + cast[st], 'FLOAT' if not cast[st] else '')} AS {m}_{st}"
+        for m in MEASURE_COLUMNS
+        for st in moments
     )
     on = ", ".join(
         "(" + ", ".join(f"{m}_{st}" for st in moments) + f") AS {m}" for m in MEASURE_COLUMNS
@@ -141,8 +152,8 @@ def _stats_view(con: Any, kind: StatsKind, files: list[str]) -> None:
 
 
 def _duck_type(t: Any) -> str:
-    import pyarrow as pa
-
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision}, {t.scale})"
     return {
         pa.int8(): "TINYINT",
         pa.int16(): "SMALLINT",
@@ -207,7 +218,7 @@ rho AS (
     FROM centred GROUP BY grp
 )
 SELECT grp, n, rho,
-    CASE WHEN NOT binned THEN 0.0 WHEN syy = 0 THEN NULL
+    CASE WHEN NOT binned THEN 0.0 WHEN syy = 0 THEN 'nan'::DOUBLE
         ELSE sqrt(ties / (12 * syy)) + ties / (24 * syy) END AS bound
 FROM rho JOIN spread USING (grp)
 """

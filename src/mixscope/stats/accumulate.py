@@ -5,8 +5,10 @@ min or max, so the statistics of a shard, of a run or of any set of shards are t
 of the parts' statistics (:func:`merge`): the unit of commit (a shard) and the unit of
 reading (a run) never need the per-token rows.
 
-Sums are float64 over the float32 values the detail stores, so a statistic equals the
-same aggregate over the detail rows up to float64 summation order.
+Sums are float64 over the float32 values the detail stores, rounded to exact decimals
+(``SUM_TYPE``) per block, so every merge after that is exact: a statistic equals the same
+aggregate over the detail rows to float64 precision, and the same bits whatever the merge
+order.
 """
 
 from __future__ import annotations
@@ -61,7 +63,12 @@ def _moments(vals: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
 
 def _table(kind: StatsKind, columns: dict[str, np.ndarray]) -> pa.Table:
     schema = kind.schema
-    arrays = [pa.array(columns[f.name], f.type) for f in schema]
+    arrays = [
+        pa.array(columns[f.name]).cast(f.type)
+        if pa.types.is_decimal(f.type)
+        else pa.array(columns[f.name], f.type)
+        for f in schema
+    ]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

@@ -128,14 +128,20 @@ class StatsKind:
         return tuple(k for k, _ in self.keys)
 
 
+#: sums are exact decimals: a shard's float64 sums rounded to 1e-20, then added exactly, so
+#: a run's statistics are the same bits whatever the order shards were merged in
+#: (consolidation generations, retries, resumes); up to 1e18 in magnitude
+SUM_TYPE = pa.decimal128(38, 20)
+
+
 def _moments(per_measure: tuple[str, ...]) -> tuple[tuple[str, pa.DataType, str], ...]:
     kinds = {
-        "sum": (pa.float64(), "sum"),
-        "sumsq": (pa.float64(), "sum"),
+        "sum": (SUM_TYPE, "sum"),
+        "sumsq": (SUM_TYPE, "sum"),
         "min": (pa.float32(), "min"),
         "max": (pa.float32(), "max"),
-        "seq_sum": (pa.float64(), "sum"),
-        "seq_sumsq": (pa.float64(), "sum"),
+        "seq_sum": (SUM_TYPE, "sum"),
+        "seq_sumsq": (SUM_TYPE, "sum"),
     }
     return tuple(
         (f"{m}_{k}", kinds[k][0], kinds[k][1]) for m in STORED_MEASURES for k in per_measure
