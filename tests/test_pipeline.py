@@ -44,7 +44,7 @@ def _spec(model: str, out, **overrides):
 
 
 def content_hash(root: str) -> tuple[int, str]:
-    """Row count and an order-independent hash of every committed token row."""
+    """Row count and an order-independent hash of every committed token row and statistic."""
     con = connect(root)
     table = con.sql(f"SELECT * EXCLUDE (run_id) FROM tokens ORDER BY {KEYS}").to_arrow_table()
     digest = hashlib.sha256()
@@ -55,6 +55,10 @@ def content_hash(root: str) -> tuple[int, str]:
             digest.update(arr.to_numpy(zero_copy_only=False).tobytes())
         else:  # strings, dictionaries, booleans: by value (an object array's bytes are pointers)
             digest.update(json.dumps(arr.to_pylist()).encode())
+    # and the statistics, to the bit: exact sums make them independent of merge order
+    for view in ("layer_stats", "sequence_stats", "token_stats", "token_hist", "layer_hist"):
+        rows = con.execute(f"SELECT * FROM {view} ORDER BY ALL").fetchall()
+        digest.update(repr(rows).encode())
     return table.num_rows, digest.hexdigest()
 
 

@@ -61,12 +61,13 @@ EMPTY_DETAIL = (
 )
 
 
-def _measure_expr(measure: str, template: str, cast: str = "") -> str:
-    """``template`` ({m} = a stored measure) for ``measure``, derived ones scaled (and cast
-    to ``cast``: FLOAT keeps a float32 value float32, exactly, as the engine made it)."""
+def _measure_expr(measure: str, template: str, cast: str = "", power: int = 1) -> str:
+    """``template`` ({m} = a stored measure) for ``measure``, derived ones scaled by the
+    factor to ``power`` (2 for sums of squares), and cast to ``cast`` (FLOAT keeps a float32
+    value float32, exactly, as the engine made it)."""
     if measure in DERIVED_MEASURES:
         source, factor = DERIVED_MEASURES[measure]
-        scaled = f"(({template.format(m=source)}) * {factor})"
+        scaled = f"(({template.format(m=source)}) * {factor**power})"
         return f"{scaled}::{cast}" if cast else scaled
     return template.format(m=measure)
 
@@ -134,10 +135,12 @@ def _stats_view(con: Any, kind: StatsKind, files: list[str]) -> None:
         )
         return
     exact = {v for v, t, _ in kind.values if pa.types.is_decimal(t)}
+    power = lambda stat: 2 if stat.endswith("sumsq") else 1  # noqa: E731  Σ (f v)² = f² Σ v²
     # the exact decimal sums are merged above, then read as DOUBLE
     cast = {st: "::DOUBLE" if f"{STORED_MEASURES[0]}_{st}" in exact else "" for st in moments}
     wide = ", ".join(
-        f"{_measure_expr(m, '{m}_' + st + cast[st], 'FLOAT' if not cast[st] else '')} AS {m}_{st}"
+        f"{_measure_expr(m, '{m}_' + st + cast[st], '' if cast[st] else 'FLOAT', power(st))}"
+        f" AS {m}_{st}"
         for m in MEASURE_COLUMNS
         for st in moments
     )
