@@ -36,6 +36,7 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -60,6 +61,29 @@ MODES: dict[str, tuple[str, float, str]] = {
     "full16": ("full", 0.01, "float16"),
 }
 ORDER = (*MODES, "old")
+
+
+def source_state() -> str:
+    """The commit of the code measured, and whether src/ differs from it (read-only git)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "diff", "--name-only", "HEAD", "--", "src"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (f" + uncommitted changes to {len(dirty)} src files" if dirty else "")
 
 
 def tokenizer() -> Any:
@@ -201,7 +225,7 @@ def breakdown(tok: Any, seqs: list, measures: list, chunk: int) -> dict[str, tup
         out[name] = (steps[name], steps[f"parquet {name}"], table.num_rows, len(data))
     table = pa.concat_tables(details)
     data = timed("parquet tokens", parquet_bytes, table)
-    out["tokens (full32)"] = (
+    out["detail f32, 1 rg"] = (
         steps["detail_table"],
         steps["parquet tokens"],
         table.num_rows,
@@ -267,6 +291,7 @@ def main() -> int:
         f"{SEQ_LEN}, {LAYERS} layers, chunks of {chunk}), one thread, "
         f"median of {args.reps}, interleaved; pyarrow {pa.__version__}, numpy {np.__version__}"
     )
+    print(f"code: {source_state()}")
     print(
         "load average (1/5/15 min) before: "
         + " ".join(f"{x:.2f}" for x in load_before)
@@ -304,7 +329,10 @@ def main() -> int:
         "of the shard (old: the long tokens file alone, no statistics)"
     )
     print()
-    print(f"where the time goes, per shard (median of {len(parts)}; compute over its chunks)")
+    print(
+        f"where the time goes, per shard (median of {len(parts)}; compute over its chunks; "
+        "detail f32, 1 rg: detail_table per chunk, then parquet_bytes of their concatenation)"
+    )
     header = (
         f"{'step':<16} {'compute s':>9} {'parquet s':>9} {'rows':>9} {'bytes':>11} "
         f"{'B/token':>8} {'share of none':>13}"
@@ -316,7 +344,7 @@ def main() -> int:
         c = statistics.median(p[step][0] for p in parts)
         w = statistics.median(p[step][1] for p in parts)
         rows, nbytes = parts[-1][step][2], parts[-1][step][3]
-        share = "" if step.startswith("tokens") else f"{(c + w) / none_s:>12.0%}"
+        share = "" if step.startswith("detail") else f"{(c + w) / none_s:>12.0%}"
         print(
             f"{step:<16} {c:>9.3f} {w:>9.3f} {rows:>9,} {nbytes:>11,} "
             f"{nbytes / tokens:>8.2f} {share:>13}"

@@ -77,6 +77,29 @@ EXACT_GOAL_X = 20.0
 BYTES_PER_ROW_GUESS = 40  # for the disk check before writing (detail + partials); measured
 
 
+def source_state() -> str:
+    """The commit of the code measured, and whether src/ differs from it (read-only git)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "diff", "--name-only", "HEAD", "--", "src"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (f" + uncommitted changes to {len(dirty)} src files" if dirty else "")
+
+
 def parse_rows(text: str) -> list[int]:
     out = []
     for part in text.split(","):
@@ -385,6 +408,7 @@ def main() -> int:
         f"threads={args.threads or 'all'}, median of {args.reps}, interleaved; detail full "
         f"float32, shards of {human(args.shard_rows)} rows"
     )
+    print(f"code: {source_state()}")
     print(
         "load average (1/5/15 min) before: "
         + " ".join(f"{x:.2f}" for x in load_before)

@@ -59,6 +59,29 @@ CONFIGS: dict[str, tuple[str, float, str]] = {
 }
 
 
+def source_state() -> str:
+    """The commit of the code measured, and whether src/ differs from it (read-only git)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "diff", "--name-only", "HEAD", "--", "src"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (f" + uncommitted changes to {len(dirty)} src files" if dirty else "")
+
+
 def run_config(root: str, args: argparse.Namespace, config: str) -> dict[str, Any]:
     from mixscope.config import load_spec
     from mixscope.runtime.driver import run_job
@@ -147,8 +170,10 @@ def detail_values(root: str) -> tuple[dict[str, np.ndarray], Any]:
 def encodings(root: str) -> dict[str, tuple[int, float]]:
     """The detail files re-encoded shard by shard: bytes and seconds per Parquet option set.
 
-    ``writer`` is ``store.writer.parquet_bytes`` (what the job wrote); the others keep its
-    zstd, statistics and row groups and change only how the measure lists are encoded.
+    Each shard's rows are re-encoded as one row group: with ``store.writer.parquet_bytes``
+    (zstd, dictionary on every column), then with the same options except for how the
+    measure lists are encoded. The job's own files (first row of the table) may differ in
+    their row groups.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -175,7 +200,7 @@ def encodings(root: str) -> dict[str, tuple[int, float]]:
         return sink.getvalue().size
 
     variants: dict[str, Any] = {
-        "writer (dictionary on every column)": parquet_bytes,
+        "parquet_bytes (dictionary on all)": parquet_bytes,
         "no dictionary on the measures": lambda t: encode(t, use_dictionary=plain),
         "BYTE_STREAM_SPLIT measures": lambda t: encode(
             t, use_dictionary=plain, use_byte_stream_split=elements
@@ -220,6 +245,7 @@ def main() -> int:
 
     base = tempfile.mkdtemp(prefix="mixscope-storage-bench-", dir=args.dir)
     results: dict[str, dict[str, Any]] = {}
+    load_before = os.getloadavg()
     roots = {c: f"{base}/{c.replace(' ', '-').replace('%', 'pc')}" for c in CONFIGS}
     try:
         for config in CONFIGS:
@@ -259,6 +285,13 @@ def main() -> int:
         f"{first['tokens']:,} tokens x {first['rows'] // first['tokens']} layers = "
         f"{first['rows']:,} token-layer rows; "
         f"mixscope {mixscope.__version__}, pyarrow {pa.__version__}"
+    )
+    print(f"code: {source_state()}")
+    print(
+        "load average (1/5/15 min) before: "
+        + " ".join(f"{x:.2f}" for x in load_before)
+        + ", after: "
+        + " ".join(f"{x:.2f}" for x in os.getloadavg())
     )
     header = (
         f"{'config':<13} {'rows':>10} {'detail rows':>11} {'detail B':>11} {'B/d-row':>8} "
@@ -307,10 +340,12 @@ def main() -> int:
         f"(float16 rounding: half an ulp, <= 2^-12 = {2**-12:.3e} for values in [0.5, 1))"
     )
     print()
-    print("the same detail files re-encoded (per shard file, zstd; only the measures' encoding)")
+    print("the same detail rows re-encoded (per shard, one row group, zstd; measures' encoding)")
     print(f"{'config':<13} {'encoding':<36} {'bytes':>11} {'B/d-row':>8} {'encode s':>9}")
     for config, variants in encoded.items():
         rows = results[config]["detail_rows"]
+        job = results[config]["detail_bytes"]
+        print(f"{config:<13} {'as the job wrote it':<36} {job:>11,} {job / rows:>8.2f}")
         for name, (nbytes, seconds) in variants.items():
             print(f"{config:<13} {name:<36} {nbytes:>11,} {nbytes / rows:>8.2f} {seconds:>9.3f}")
     print()

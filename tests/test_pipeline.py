@@ -94,9 +94,10 @@ def test_two_actors_end_to_end_real_model(ray_local, minilm_path, tmp_path):
 
     f = manifest.committed_files(Layout.open(str(tmp_path)), "tokens")[0]
     meta = pq.ParquetFile(f)
-    assert meta.schema_arrow.metadata[b"mixscope.schema_version"] == b"1"
+    assert meta.schema_arrow.metadata[b"mixscope.schema_version"] == b"2"
     assert meta.metadata.row_group(0).column(0).compression == "ZSTD"
-    assert "RLE_DICTIONARY" in str(meta.metadata.row_group(0).column(4).encodings)
+    token = meta.schema_arrow.get_field_index("token")
+    assert "RLE_DICTIONARY" in str(meta.metadata.row_group(0).column(token).encodings)
     record = json.loads((tmp_path / "_mixscope" / "runs" / summary.run_id / "run.json").read_text())
     assert record["status"] == "complete" and record["corpus"]["n_docs"] == 30
     assert {"torch", "transformers", "ray", "mixscope"} <= set(record["libraries"])
@@ -175,6 +176,8 @@ def _cli_args(model: str, out) -> list[str]:
         "runtime.docs_per_shard=4",
         "--set",
         "runtime.max_retries=1",
+        "--detail",
+        "full",
     ]
 
 
@@ -288,10 +291,17 @@ def test_empty_corpus_is_a_clear_error(tmp_path):
 
 def test_duckdb_reads_the_results_without_mixscope(clean_run):
     _, out, (rows, _) = clean_run
-    # raw readers see hive-partitioned, committed files (no temporary file matches *.parquet)
-    sql = f"SELECT count(*) FROM read_parquet('{out}/tokens/*/*.parquet', hive_partitioning=true)"
-    n = duckdb.sql(sql).fetchall()[0][0]
-    assert n == rows
+    # raw readers see hive-partitioned, committed files (no temporary file matches *.parquet):
+    # one row per token, each measure a list over the layers
+    sql = (
+        "SELECT count(*), sum(len(attn_n)) FROM "
+        f"read_parquet('{out}/tokens/*/*.parquet', hive_partitioning=true)"
+    )
+    tokens, token_layers = duckdb.sql(sql).fetchall()[0]
+    assert token_layers == rows and tokens * 2 == rows  # the tiny BERT has two layers
+    # and the statistics: one consolidated file per kind, no partial left
+    sql = f"SELECT sum(n) FROM read_parquet('{out}/stats/layer_stats/*/*.parquet')"
+    assert duckdb.sql(sql).fetchall()[0][0] == rows
 
 
 def test_output_root_as_uri(ray_local, tiny_bert_dir, tmp_path, clean_run):
@@ -313,7 +323,13 @@ def test_output_root_on_an_fsspec_filesystem(tiny_bert_dir, clean_run):
     files = manifest.committed_files(layout, "tokens")
     assert len(files) == summary.shards_total
     rows = sum(layout.read_table(f).num_rows for f in files)
-    assert rows == clean_run[2][0]
+    assert 2 * rows == clean_run[2][0]  # one row per token, lists of the two layers' values
+    # the statistics went through fsspec too: consolidated, every token-layer row once
+    from mixscope.stats.consolidate import latest
+
+    gen = latest(layout, summary.run_id)
+    stats = layout.read_table(layout.absolute(gen.files["layer_stats"]["path"]))
+    assert sum(stats["n"].to_pylist()) == clean_run[2][0]
 
 
 def test_validate_checks_without_running_the_corpus(tiny_bert_dir, tmp_path):

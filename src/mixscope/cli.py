@@ -444,6 +444,7 @@ def status(root: str, show_shards: bool, run_ids: tuple[str, ...]) -> None:
         "model",
         "step",
         "status",
+        "detail",
         "done",
         "failed",
         "pending",

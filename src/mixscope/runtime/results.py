@@ -1,10 +1,11 @@
 """The host side of a shard: engine outputs → statistics, detail, frequencies, documents.
 
 It runs on a background thread of its own, one chunk behind the model: while the model
-runs chunk k+1, this builds the token block of chunk k, its statistics and its detail
-rows. At most one chunk waits (``add`` blocks until the previous one is done), so memory
-stays bounded by two chunks. ``finish`` merges the parts and writes each file to a
-temporary name and renames it; committing is the driver's job.
+runs chunk k+1, this builds the token block of chunk k, its statistics, and encodes its
+detail rows as a Parquet row group. At most one chunk waits (``add`` blocks until the
+previous one is done), so memory stays bounded by two chunks plus the shard's encoded
+detail. ``finish`` merges the (small) statistics and writes each file to a temporary name
+and renames it; committing is the driver's job.
 
 Nothing here needs a model: ``benchmarks/host.py`` replays stored measures through it.
 """
@@ -26,7 +27,7 @@ from mixscope.stats.block import Vocabulary, token_block
 from mixscope.stats.detail import detail_table, kept
 from mixscope.store.layout import Layout
 from mixscope.store.schema import DOCUMENT_SCHEMA
-from mixscope.store.writer import write_parquet
+from mixscope.store.writer import ParquetBuffer, write_bytes, write_parquet
 
 
 class ShardResults:
@@ -46,7 +47,7 @@ class ShardResults:
         self._host = host
         self._pending: Future | None = None
         self._stats: list[dict[str, pa.Table]] = []
-        self._detail: list[pa.Table] = []
+        self._detail: ParquetBuffer | None = None
         self._per_doc: dict[int, list[int]] = {}  # doc_id → [segments, tokens]
         self.tokens = 0
         self.rows = 0  # token-layer rows analysed (all in the statistics)
@@ -73,7 +74,10 @@ class ShardResults:
         keep = kept(block.doc_id, self.output.detail, self.output.sample_rate)
         if keep.any():
             part = block if keep.all() else block.take(keep)
-            self._detail.append(detail_table(part, self.vocab, self.output.precision))
+            table = detail_table(part, self.vocab, self.output.precision)
+            if self._detail is None:
+                self._detail = ParquetBuffer(table.schema)
+            self._detail.add(table)
             self.detail_rows += len(part) * block.layers
         for s in seqs:
             entry = self._per_doc.setdefault(s.doc_id, [0, 0])
@@ -89,8 +93,10 @@ class ShardResults:
         if self._stats:
             for name, table in merge_all(self._stats).items():
                 files[name] = self._write(name, table)
-        if self._detail:
-            files["tokens"] = self._write("tokens", pa.concat_tables(self._detail))
+        if self._detail is not None:
+            path = self.layout.shard_file("tokens", self.run_id, self.shard_id)
+            data = self._detail.getvalue()
+            files["tokens"] = write_bytes(self.layout, path, data, self._detail.rows)
         files["documents"] = self._write("documents", self._documents(docs))
         return files
 

@@ -27,6 +27,7 @@ def run_status(root: str) -> list[dict[str, Any]]:
                 "model": model,
                 "step": "" if rec.get("step") is None else rec["step"],
                 "status": rec.get("status") or "",
+                "detail": ((rec.get("options") or {}).get("output") or {}).get("detail", "full"),
                 "done": len(done),
                 "failed": len(failed),
                 "pending": max(0, total - len(done) - len(failed)),
