@@ -41,7 +41,7 @@ def _spec(model: str, out: Path, **overrides):
         "corpus.paths": [str(DEMO)],
         "corpus.pairs": True,  # token_type 1, [CLS] A [SEP] B [SEP]
         "out": str(out),
-        "analysis.max_length": 24,  # long pairs become several segments
+        "analysis.max_length": 40,  # long pairs become several segments
         "analysis.mask_rate": 0.25,
         "runtime.executor": "local",
         "runtime.docs_per_shard": 3,
@@ -132,13 +132,14 @@ def test_token_stats_and_histograms_equal_brute_force(full_run):
     cats = np.array([CATEGORIES[c] for c in d["category"]])
     masked = d["is_masked"].astype(bool)
     assert masked.any() and (d["original_id"][masked] != d["token_id"][masked]).all()
-    keys = set(zip(d["token_id"], d["original_id"], cats, strict=True))
+    assert (d["token_type"] == 1).any() and (d["segment"] > 0).any()
+    keys = set(zip(d["token_id"], d["original_id"], d["token_type"], cats, strict=True))
     got = stats_rows(root, "token_stats")
     layers = d["attn_w"].shape[1]
     assert len(got) == len(keys) * layers * 5
     for g in got[:: max(1, len(got) // 300)]:  # a spread of a few hundred rows
         sel = (d["token_id"] == g["token_id"]) & (d["original_id"] == g["original_id"])
-        sel &= cats == g["category"]
+        sel &= (cats == g["category"]) & (d["token_type"] == g["token_type"])
         m = g["measure"]
         v = (d["attn_w"] / 2 if m == "attnres_w" else d[m])[sel, g["layer"] - 1]
         assert g["n"] == sel.sum() and close(g["sum"], v.sum())

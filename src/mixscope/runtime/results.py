@@ -22,11 +22,11 @@ import pyarrow as pa
 from mixscope.config import OutputSpec
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
-from mixscope.stats.accumulate import merge_all, statistics
+from mixscope.stats.accumulate import ShardStatistics, stored
 from mixscope.stats.block import Vocabulary, token_block
 from mixscope.stats.detail import detail_table, kept
 from mixscope.store.layout import Layout
-from mixscope.store.schema import DOCUMENT_SCHEMA
+from mixscope.store.schema import DOCUMENT_SCHEMA, STATS
 from mixscope.store.writer import ParquetBuffer, write_bytes, write_parquet
 
 
@@ -46,7 +46,7 @@ class ShardResults:
         self.vocab, self.output = vocab, output
         self._host = host
         self._pending: Future | None = None
-        self._stats: list[dict[str, pa.Table]] = []
+        self._stats = ShardStatistics(vocab)
         self._detail: ParquetBuffer | None = None
         self._per_doc: dict[int, list[int]] = {}  # doc_id → [segments, tokens]
         self.tokens = 0
@@ -70,7 +70,7 @@ class ShardResults:
 
     def _consume(self, seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray]) -> None:
         block = token_block(seqs, measures, self.vocab)
-        self._stats.append(statistics(block, self.vocab))
+        self._stats.add(block)
         keep = kept(block.doc_id, self.output.detail, self.output.sample_rate)
         if keep.any():
             part = block if keep.all() else block.take(keep)
@@ -90,9 +90,8 @@ class ShardResults:
         """Merge and write every file of the shard; kind → its manifest entry."""
         self._wait()
         files: dict[str, dict[str, Any]] = {}
-        if self._stats:
-            for name, table in merge_all(self._stats).items():
-                files[name] = self._write(name, table)
+        for name, table in self._stats.tables().items():
+            files[name] = self._write(name, stored(STATS[name], table))
         if self._detail is not None:
             path = self.layout.shard_file("tokens", self.run_id, self.shard_id)
             data = self._detail.getvalue()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.store.schema import MEASURE_COLUMNS, STORED_MEASURES, category_codes
@@ -46,14 +47,25 @@ class TokenBlock:
 
 
 class Vocabulary:
-    """Token strings by id, looked up once per id and cached (tokenizers are slow per call)."""
+    """Token strings by id: the whole vocabulary looked up once (tokenizers are slow per
+    call), as a numpy object table and an Arrow array for C++-speed ``take``."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self._cache: dict[int, str] = {}
+        self._table: np.ndarray | None = None
+        self._arrow: pa.Array | None = None
+        size = len(tokenizer) if hasattr(tokenizer, "__len__") else 0
+        if size:
+            strings = tokenizer.convert_ids_to_tokens(list(range(size)))
+            self._table = np.array([s if s is not None else "" for s in strings], dtype=object)
+            self._arrow = pa.array(self._table.tolist(), pa.string())
 
     def strings(self, ids: np.ndarray) -> np.ndarray:
         """Object array of the token strings of ``ids`` (any shape of int ids)."""
+        ids = np.asarray(ids)
+        if self._table is not None and (ids.size == 0 or ids.max() < len(self._table)):
+            return self._table[ids]
         uniq, inverse = np.unique(ids, return_inverse=True)
         missing = [int(i) for i in uniq if int(i) not in self._cache]
         if missing:
@@ -61,6 +73,13 @@ class Vocabulary:
                 self._cache[i] = s if s is not None else ""
         table = np.array([self._cache[int(i)] for i in uniq], dtype=object)
         return table[inverse.reshape(ids.shape)] if len(uniq) else np.empty(0, dtype=object)
+
+    def arrow(self, ids: np.ndarray) -> pa.Array:
+        """The token strings of 1-D ``ids`` as an Arrow string array."""
+        ids = np.asarray(ids)
+        if self._arrow is not None and (ids.size == 0 or ids.max() < len(self._arrow)):
+            return self._arrow.take(pa.array(ids))
+        return pa.array(self.strings(ids).tolist(), pa.string())
 
 
 def token_block(
@@ -72,10 +91,8 @@ def token_block(
     token_id = cat([s.input_ids for s in seqs]).astype(np.int32)
     is_special = cat([s.special for s in seqs])
     is_masked = cat([s.masked for s in seqs])
-    strings = np.full(len(token_id), "", dtype=object)
-    special = np.flatnonzero(is_special)
-    if special.size:  # only special tokens need their string for the category
-        strings[special] = vocab.strings(token_id[special])
+    # only special tokens need their string for the category
+    strings = vocab.strings(token_id[is_special])
     # [layer, measure, seq] → [seq, layer, stored measure], tokens of all sequences stacked
     values = cat([m[:, _STORED, :].transpose(2, 0, 1) for m in measures]).astype(
         np.float32, copy=False

@@ -53,7 +53,7 @@ def detail_table(block: TokenBlock, vocab: Vocabulary, precision: str = "float32
     schema = detail_schema(precision)
     L = block.layers
     uniq, inverse = np.unique(block.token_id, return_inverse=True)
-    strings = pa.array(vocab.strings(uniq).tolist(), pa.string())
+    strings = vocab.arrow(uniq)
     value_type = schema.field(STORED_MEASURES[0]).type.value_type
     offsets = pa.array(np.arange(0, (len(block) + 1) * L, L, dtype=np.int32))
     cols = {

@@ -48,11 +48,15 @@ PRECISIONS = ("float32", "float16")
 def category_codes(
     is_special: np.ndarray, is_masked: np.ndarray, strings: np.ndarray
 ) -> np.ndarray:
-    """int8 category of each token: mask, normal, then cls / sep / other_special by string."""
-    cls = np.isin(strings, CLS_TOKENS)
-    sep = np.isin(strings, SEP_TOKENS)
-    special = np.where(cls, 2, np.where(sep, 3, 4))
-    return np.where(is_masked, 1, np.where(~is_special, 0, special)).astype(np.int8)
+    """int8 category of each token: mask, normal, then cls / sep / other_special by the
+    string of the token (``strings``: one per special token, in order)."""
+    codes = np.zeros(len(is_special), dtype=np.int8)
+    special = np.flatnonzero(is_special)
+    codes[special] = np.where(
+        np.isin(strings, CLS_TOKENS), 2, np.where(np.isin(strings, SEP_TOKENS), 3, 4)
+    )
+    codes[is_masked] = 1
+    return codes
 
 
 def category_sql(code: str) -> str:
@@ -124,6 +128,17 @@ class StatsKind:
         return pa.schema(fields, metadata=_META)
 
     @property
+    def working_schema(self) -> pa.Schema:
+        """The schema while a shard is computed: sums as float64 (cast to ``schema`` once)."""
+        return pa.schema(
+            [
+                pa.field(f.name, pa.float64() if pa.types.is_decimal(f.type) else f.type, False)
+                for f in self.schema
+            ],
+            metadata=_META,
+        )
+
+    @property
     def key_names(self) -> tuple[str, ...]:
         return tuple(k for k, _ in self.keys)
 
@@ -170,10 +185,12 @@ TOKEN_STATS = StatsKind(
         ("layer", pa.int16()),
         ("token_id", pa.int32()),
         ("original_id", pa.int32()),
+        ("token_type", pa.int8()),
         ("category", pa.int8()),
     ),
     (("token", pa.string(), "min"), *_N, *_moments(("sum", "sumsq", "min", "max"))),
-    "per layer × token id (as seen) × original id × category: count, Σ, Σ², min, max",
+    "per layer × token id (as seen) × original id × pair segment × category: count, Σ, Σ², "
+    "min, max",
 )
 TOKEN_HIST = StatsKind(
     "token_hist",
