@@ -189,51 +189,36 @@ def run_old(tok: Any, seqs: list, measures: list, chunk: int) -> dict:
     }
 
 
-def breakdown(tok: Any, seqs: list, measures: list, chunk: int) -> dict[str, tuple]:
-    """Seconds per step of one shard (mode none + the detail table), rows and bytes per kind."""
-    from mixscope.stats import accumulate
-    from mixscope.stats.block import Vocabulary, token_block
-    from mixscope.stats.detail import detail_table
-    from mixscope.store.writer import parquet_bytes
+def breakdown(root: str, tok: Any, seqs: list, measures: list, chunk: int, mode: str):
+    """One shard of ``mode`` under cProfile: the functions with the most self time, and the
+    rows and bytes of each file ``finish`` wrote (its manifest entries)."""
+    import cProfile
+    import pstats
 
-    vocab = Vocabulary(tok)
-    steps: dict[str, float] = {}
+    from mixscope.config import OutputSpec
+    from mixscope.runtime.results import ShardResults
+    from mixscope.stats.block import Vocabulary
+    from mixscope.store.layout import Layout
 
-    def timed(name: str, fn: Any, *a: Any) -> Any:
-        start = time.perf_counter()
-        out = fn(*a)
-        steps[name] = steps.get(name, 0.0) + time.perf_counter() - start
-        return out
-
-    with_vocab = {"frequencies", "token_stats", "token_hist"}
-    parts: list[dict[str, pa.Table]] = []
-    details = []
+    detail, rate, precision = MODES[mode]
+    out = OutputSpec(detail=detail, sample_rate=rate, precision=precision)
+    results = ShardResults(Layout.open(root), "profile", 0, Vocabulary(tok), out, None)
+    profiler = cProfile.Profile()
+    profiler.enable()
     for i in range(0, len(seqs), chunk):
-        block = timed(
-            "token_block", token_block, seqs[i : i + chunk], measures[i : i + chunk], vocab
-        )
-        part = {}
-        for name in accumulate.STATS:
-            args = (block, vocab) if name in with_vocab else (block,)
-            part[name] = timed(name, getattr(accumulate, name), *args)
-        parts.append(part)
-        details.append(timed("detail_table", detail_table, block, vocab, "float32"))
-    merged = timed("merge_all", accumulate.merge_all, parts)
-    out: dict[str, tuple] = {}
-    for name, table in merged.items():
-        data = timed(f"parquet {name}", parquet_bytes, table)
-        out[name] = (steps[name], steps[f"parquet {name}"], table.num_rows, len(data))
-    table = pa.concat_tables(details)
-    data = timed("parquet tokens", parquet_bytes, table)
-    out["detail f32, 1 rg"] = (
-        steps["detail_table"],
-        steps["parquet tokens"],
-        table.num_rows,
-        len(data),
-    )
-    out["token_block"] = (steps["token_block"], 0.0, 0, 0)
-    out["merge_all"] = (steps["merge_all"], 0.0, 0, 0)
-    return out
+        results.add(seqs[i : i + chunk], measures[i : i + chunk])
+    files = results.finish(documents(seqs))
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = stats.total_tt  # type: ignore[attr-defined]
+    rows = []
+    for (path, line, func), (_, _, self_s, cum_s, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = path.split("/src/", 1)[-1] if "/src/mixscope/" in path else path.rsplit("/", 1)[-1]
+        label = f"{where}:{line}({func})" if line else func
+        rows.append((self_s, cum_s, label))
+    rows.sort(reverse=True)
+    sizes = {k: (int(e.get("rows", 0)), int(e["bytes"])) for k, e in files.items()}
+    return total, rows[:14], sizes
 
 
 def main() -> int:
@@ -276,7 +261,10 @@ def main() -> int:
                 times[mode].append(once(mode, rep))
                 t = times[mode][-1]
                 print(f"  rep {rep + 1}/{args.reps} {mode}: {t['seconds']:.3f}s", file=sys.stderr)
-        parts = [breakdown(tok, seqs, measures, chunk) for _ in range(max(1, args.reps))]
+        profiles = {
+            m: breakdown(f"{base}/profile-{m}", tok, seqs, measures, chunk, m)
+            for m in ("none", "full32")
+        }
     finally:
         shutil.rmtree(base, ignore_errors=True)
     load_after = os.getloadavg()
@@ -328,26 +316,20 @@ def main() -> int:
         "finish = share of the time in finish() (merge + Parquet + rename); bytes = every file "
         "of the shard (old: the long tokens file alone, no statistics)"
     )
-    print()
-    print(
-        f"where the time goes, per shard (median of {len(parts)}; compute over its chunks; "
-        "detail f32, 1 rg: detail_table per chunk, then parquet_bytes of their concatenation)"
-    )
-    header = (
-        f"{'step':<16} {'compute s':>9} {'parquet s':>9} {'rows':>9} {'bytes':>11} "
-        f"{'B/token':>8} {'share of none':>13}"
-    )
-    print(header)
-    print("-" * len(header))
-    none_s = med["none"]["seconds"]
-    for step in parts[0]:
-        c = statistics.median(p[step][0] for p in parts)
-        w = statistics.median(p[step][1] for p in parts)
-        rows, nbytes = parts[-1][step][2], parts[-1][step][3]
-        share = "" if step.startswith("detail") else f"{(c + w) / none_s:>12.0%}"
+    for mode, (total, top, sizes) in profiles.items():
+        print()
         print(
-            f"{step:<16} {c:>9.3f} {w:>9.3f} {rows:>9,} {nbytes:>11,} "
-            f"{nbytes / tokens:>8.2f} {share:>13}"
+            f"where the time goes: one shard, detail {MODES[mode][0]} {MODES[mode][2]}, under "
+            f"cProfile ({total:.3f}s with its overhead); functions by self time"
+        )
+        print(f"{'self s':>7} {'share':>6} {'cum s':>7}  function")
+        for self_s, cum_s, label in top:
+            print(f"{self_s:>7.3f} {self_s / total:>6.1%} {cum_s:>7.3f}  {label}")
+        print(
+            "files: "
+            + ", ".join(
+                f"{k} {r:,} rows {b:,} B ({b / tokens:.1f} B/token)" for k, (r, b) in sizes.items()
+            )
         )
     return 0
 

@@ -40,7 +40,14 @@ def in_process(model: str, texts: list[str], max_length: int, batch_size: int) -
 
 
 def pipeline(
-    model: str, corpus: str, docs: int, workers: int, max_length: int, batch_size: int, out: str
+    model: str,
+    corpus: str,
+    docs: int,
+    workers: int,
+    max_length: int,
+    batch_size: int,
+    out: str,
+    detail: str,
 ):
     from mixscope.config import load_spec
     from mixscope.runtime.driver import run_job
@@ -58,6 +65,7 @@ def pipeline(
             "runtime.cpus_per_worker": 1,
             "runtime.batch_size": batch_size,
             "runtime.docs_per_shard": max(8, docs // (8 * workers)),
+            "output.detail": detail,
         },
     )
     start = time.perf_counter()
@@ -79,8 +87,8 @@ def busy_rate(root: str) -> float:
     return sum(int(r["tokens"]) for r in recs) / max(per_worker.values())
 
 
-def disk_bytes(root: str) -> int:
-    return sum(f.stat().st_size for f in Path(root, "tokens").rglob("*.parquet"))
+def disk_bytes(root: str, folder: str) -> int:
+    return sum(f.stat().st_size for f in Path(root, folder).rglob("*.parquet"))
 
 
 def main() -> None:
@@ -98,6 +106,7 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--detail", default="full", choices=["full", "sample", "none"])
     args = ap.parse_args()
 
     cspec = CorpusSpec(paths=(args.corpus,), skip_regex=HEADING, limit=args.docs)
@@ -115,7 +124,7 @@ def main() -> None:
     results: dict[str, list[float]] = {"in-process": [], "run 1 actor": [], "run 2 actors": []}
     busy: dict[str, list[float]] = {"run 1 actor": [], "run 2 actors": []}
     tokens = rows = 0
-    bytes_on_disk = 0
+    detail_bytes = stats_bytes = 0
     try:
         for rep in range(args.reps):  # interleaved, so drift hits every configuration alike
             s, tokens = in_process(args.model, texts, args.max_length, args.batch_size)
@@ -130,11 +139,12 @@ def main() -> None:
                     args.max_length,
                     args.batch_size,
                     out,
+                    args.detail,
                 )
                 assert t == tokens, (t, tokens)
                 results[key].append(t / s)
                 busy[key].append(busy_rate(out))
-                bytes_on_disk = disk_bytes(out)
+                detail_bytes, stats_bytes = disk_bytes(out, "tokens"), disk_bytes(out, "stats")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         ray.shutdown()
@@ -146,6 +156,7 @@ def main() -> None:
     busy_scale = bmed["run 2 actors"] / (2 * bmed["run 1 actor"])
     print(f"corpus: {args.docs} WikiText-2 paragraphs, {tokens:,} tokens, {rows:,} rows")
     print(f"model: {args.model}, max_length {args.max_length}, batch {args.batch_size}, 1 thread")
+    print(f"output.detail: {args.detail} (statistics always)")
     print()
     print(f"{'configuration':<28}{'tokens/s':>12}{'shard work tok/s':>20}")
     for k, v in med.items():
@@ -156,7 +167,8 @@ def main() -> None:
     print(f"  pipeline overhead   run(1 actor) / in-process   {over:.3f}  (goal >= 0.9)")
     print(f"  scaling efficiency  run(2) / (2 x run(1))       {scale:.3f}  (goal >= 0.9)")
     print(f"  scaling, shard work only (no start-up)          {busy_scale:.3f}")
-    print(f"  bytes on disk per token-layer row               {bytes_on_disk / rows:.2f}")
+    print(f"  detail bytes per token-layer row                {detail_bytes / rows:.2f}")
+    print(f"  statistics bytes (consolidated, whole run)      {stats_bytes:,}")
     print("  (wall-clock rates include Ray start, actor start and model load in each actor)")
 
 
