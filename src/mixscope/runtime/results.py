@@ -22,11 +22,11 @@ import pyarrow as pa
 from mixscope.config import OutputSpec
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
-from mixscope.stats.accumulate import ShardStatistics, stored
+from mixscope.stats.accumulate import ShardStatistics
 from mixscope.stats.block import Vocabulary, token_block
 from mixscope.stats.detail import detail_table, kept
 from mixscope.store.layout import Layout
-from mixscope.store.schema import DOCUMENT_SCHEMA, STATS
+from mixscope.store.schema import DOCUMENT_SCHEMA
 from mixscope.store.writer import ParquetBuffer, write_bytes, write_parquet
 
 
@@ -91,7 +91,7 @@ class ShardResults:
         self._wait()
         files: dict[str, dict[str, Any]] = {}
         for name, table in self._stats.tables().items():
-            files[name] = self._write(name, stored(STATS[name], table))
+            files[name] = self._write(name, table)
         if self._detail is not None:
             path = self.layout.shard_file("tokens", self.run_id, self.shard_id)
             data = self._detail.getvalue()

@@ -108,23 +108,35 @@ def _detail_views(con: Any, source: str, missing: str | None) -> None:
     )
 
 
-def _stats_view(con: Any, kind: StatsKind, files: list[str]) -> None:
-    """The view ``kind.name``: partials and consolidated files merged; long by measure.
+def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> None:
+    """The view ``kind.name``: the statistics of every committed shard once; long by measure.
 
-    Moment tables get one row per key and measure (``n``, ``sum``, ``sumsq``, ``min``,
-    ``max``, or ``sequences``, ``seq_sum``, ``seq_sumsq``); histograms one row per key,
-    measure and bin, where a derived measure has its source's bins (the same ranks).
+    A consolidated run's file has one row per key and is read as it is; the files of a run
+    with partials not yet consolidated are merged here (sums, mins, maxes by key). Moment
+    tables get one row per key and measure (``n``, ``sum``, ``sumsq``, ``min``, ``max``,
+    or ``sequences``, ``seq_sum``, ``seq_sumsq``); histograms one row per key, measure and
+    bin, where a derived measure has its source's bins (the same ranks).
     """
     keys = ", ".join(kind.key_names)
+    columns = ", ".join((*kind.key_names, *(v for v, _, _ in kind.values)))
     merged = ", ".join(f"{op}({v})::{_duck_type(t)} AS {v}" for v, t, op in kind.values)
-    if files:
-        source = f"read_parquet({_sql_list(files)}, {HIVE})"
-    else:  # no statistics yet: the right columns, no rows
+    parts = []
+    if files.consolidated:
+        parts.append(
+            f"SELECT run_id, {columns} FROM read_parquet({_sql_list(files.consolidated)}, {HIVE})"
+        )
+    if files.merging:
+        parts.append(
+            f"SELECT run_id, {keys}, {merged} "
+            f"FROM read_parquet({_sql_list(files.merging)}, {HIVE}, union_by_name = true) "
+            f"GROUP BY run_id, {keys}"
+        )
+    if not parts:  # no statistics yet: the right columns, no rows
         cols = ["NULL::VARCHAR AS run_id"]
         cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t in kind.keys]
         cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t, _ in kind.values]
-        source = f"(SELECT {', '.join(cols)} WHERE false)"
-    base = f"SELECT run_id, {keys}, {merged} FROM {source} GROUP BY run_id, {keys}"
+        parts.append(f"SELECT {', '.join(cols)} WHERE false")
+    base = " UNION ALL ".join(parts)
     prefixes = tuple(f"{m}_" for m in STORED_MEASURES)
     shared = [v for v, _, _ in kind.values if not v.startswith(prefixes)]
     moments = [v[len(prefixes[0]) :] for v, _, _ in kind.values if v.startswith(prefixes[0])]
@@ -140,13 +152,11 @@ def _stats_view(con: Any, kind: StatsKind, files: list[str]) -> None:
             "ON b.measure = m.code"
         )
         return
-    exact = {v for v, t, _ in kind.values if pa.types.is_decimal(t)}
     power = lambda stat: 2 if stat.endswith("sumsq") else 1  # noqa: E731  Σ (f v)² = f² Σ v²
-    # the exact decimal sums are merged above, then read as DOUBLE
-    cast = {st: "::DOUBLE" if f"{STORED_MEASURES[0]}_{st}" in exact else "" for st in moments}
+    floats = {v for v, t, _ in kind.values if t == pa.float32()}  # min, max: stay float32
+    cast = {st: "FLOAT" if f"{STORED_MEASURES[0]}_{st}" in floats else "" for st in moments}
     wide = ", ".join(
-        f"{_measure_expr(m, '{m}_' + st + cast[st], '' if cast[st] else 'FLOAT', power(st))}"
-        f" AS {m}_{st}"
+        f"{_measure_expr(m, '{m}_' + st, cast[st], power(st))} AS {m}_{st}"
         for m in MEASURE_COLUMNS
         for st in moments
     )
@@ -161,8 +171,6 @@ def _stats_view(con: Any, kind: StatsKind, files: list[str]) -> None:
 
 
 def _duck_type(t: Any) -> str:
-    if pa.types.is_decimal(t):
-        return f"DECIMAL({t.precision}, {t.scale})"
     return {
         pa.int8(): "TINYINT",
         pa.int16(): "SMALLINT",
@@ -335,11 +343,12 @@ def connect(
             _stats_view(con, kind, stats[name])
 
     parts = []
-    if stats["frequencies"]:
+    counts = stats["frequencies"].consolidated + stats["frequencies"].merging
+    if counts:
         parts.append(
             "SELECT run_id, NULL::VARCHAR AS reference, token_id, min(token) AS token, "
-            f"sum(count)::BIGINT AS count FROM read_parquet({_sql_list(stats['frequencies'])}, "
-            f"{HIVE}) GROUP BY run_id, token_id"
+            f"sum(count)::BIGINT AS count FROM read_parquet({_sql_list(counts)}, "
+            f"{HIVE}, union_by_name = true) GROUP BY run_id, token_id"
         )
     for name, path in reference_files(layout).items():
         parts.append(

@@ -5,10 +5,10 @@ min or max, so the statistics of a shard, of a run or of any set of shards are t
 of the parts' statistics (:func:`merge`): the unit of commit (a shard) and the unit of
 reading (a run) never need the per-token rows.
 
-Sums are float64 over the float32 values the detail stores, rounded to exact decimals
-(``SUM_TYPE``) per block, so every merge after that is exact: a statistic equals the same
-aggregate over the detail rows to float64 precision, and the same bits whatever the merge
-order.
+Sums are float64 over the float32 values the detail stores, so a statistic equals the same
+aggregate over the detail rows to float64 precision; consolidation (``consolidate``) adds
+shards exactly (``store.schema.EXACT_TYPE``), so a run's statistics are the same bits
+whatever the order its shards were merged in.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from mixscope.stats.block import TokenBlock, Vocabulary
 from mixscope.store.schema import (
     ALL_TOKENS,
     CATEGORIES,
+    EXACT_SUFFIX,
     FREQUENCIES,
     HIST_BINS,
     LAYER_HIST,
@@ -67,14 +68,9 @@ def _moments(vals: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
 
 def _table(kind: StatsKind, columns: dict[str, np.ndarray]) -> pa.Table:
     """The working table (float64 sums) of the given columns, in the kind's column order."""
-    fields = [f for f in kind.working_schema if f.name in columns]
+    fields = [f for f in kind.schema if f.name in columns]
     arrays = [pa.array(columns[f.name], f.type) for f in fields]
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=kind.schema.metadata))
-
-
-def stored(kind: StatsKind, table: pa.Table) -> pa.Table:
-    """A shard's statistics as written: the float64 sums rounded to exact decimals."""
-    return table.cast(kind.schema)
 
 
 def _measure_columns(stats: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
@@ -282,9 +278,9 @@ class ShardStatistics:
         return {name: out[name] for name in STATS}
 
     def _complete(self, kind: StatsKind, table: pa.Table) -> pa.Table:
-        if "token" in kind.working_schema.names and "token" not in table.column_names:
+        if "token" in kind.schema.names and "token" not in table.column_names:
             table = table.append_column("token", self.vocab.arrow(table["token_id"].to_numpy()))
-        return table.select(kind.working_schema.names).cast(kind.working_schema)
+        return table.select(kind.schema.names).cast(kind.schema)
 
 
 def statistics(block: TokenBlock, vocab: Vocabulary) -> dict[str, pa.Table]:
@@ -297,7 +293,7 @@ def statistics(block: TokenBlock, vocab: Vocabulary) -> dict[str, pa.Table]:
 def merge(kind: StatsKind, tables: list[pa.Table]) -> pa.Table:
     """The statistics of the union of the parts: group by the keys, merge each value.
 
-    Working tables (float64 sums) merge in float64, stored ones (decimal sums) exactly.
+    Float sums merge in float64, the exact decimal twins of consolidated tables exactly.
     """
     if len(tables) == 1:
         return tables[0]
@@ -305,8 +301,9 @@ def merge(kind: StatsKind, tables: list[pa.Table]) -> pa.Table:
     present = set(whole.column_names)
     merged = whole.group_by(list(kind.key_names), use_threads=False).aggregate(
         [(v, op) for v, _, op in kind.values if v in present]
+        + [(v + EXACT_SUFFIX, "sum") for v in kind.exact_columns if v + EXACT_SUFFIX in present]
     )
     renamed = merged.rename_columns(
         [c.rsplit("_", 1)[0] if c not in kind.key_names else c for c in merged.column_names]
-    )
+    )  # "attn_w_sum_sum" → "attn_w_sum", "attn_w_sum_exact_sum" → "attn_w_sum_exact"
     return renamed.select(tables[0].column_names).cast(tables[0].schema)

@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
 from mixscope.store.runs import now
-from mixscope.store.schema import STATS
+from mixscope.store.schema import EXACT_SUFFIX, EXACT_TYPE, STATS, StatsKind
 
 FORMAT = 1
 
@@ -56,25 +58,40 @@ def latest(layout: Layout, run_id: str) -> Generation:
     return Generation()
 
 
+@dataclass
+class StatsFiles:
+    """Where one kind's statistics are, for readers."""
+
+    consolidated: list[str] = field(default_factory=list)  # runs fully consolidated: unique keys
+    merging: list[str] = field(default_factory=list)  # the rest: generation + partials to merge
+
+
 def sources(
     layout: Layout, run_ids: list[str] | None = None, kinds: tuple[str, ...] = tuple(STATS)
-) -> dict[str, list[str]]:
+) -> dict[str, StatsFiles]:
     """kind → the files that hold each committed shard's statistics exactly once."""
     runs = run_ids if run_ids is not None else layout.list_dirs(layout.runs_dir())
-    out: dict[str, list[str]] = {k: [] for k in kinds}
+    out = {k: StatsFiles() for k in kinds}
     for run_id in runs:
         gen = latest(layout, run_id)  # the record first: shards committed later are partials
-        for kind in kinds:
-            if kind in gen.files:
-                out[kind].append(layout.absolute(gen.files[kind]["path"]))
+        partials: dict[str, list[str]] = {k: [] for k in kinds}
         for shard_id, rec in manifest.commits(layout, run_id).items():
             if shard_id in gen.shards:
                 continue
             for kind in kinds:
                 entry = rec.get("files", {}).get(kind)
                 if entry:
-                    out[kind].append(layout.absolute(entry["path"]))
-    return {k: sorted(v) for k, v in out.items()}
+                    partials[kind].append(layout.absolute(entry["path"]))
+        for kind in kinds:
+            files = [layout.absolute(gen.files[kind]["path"])] if kind in gen.files else []
+            if partials[kind]:
+                out[kind].merging += files + partials[kind]
+            else:
+                out[kind].consolidated += files
+    for f in out.values():
+        f.consolidated.sort()
+        f.merging.sort()
+    return out
 
 
 def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
@@ -104,7 +121,7 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
                 parts.append(layout.read_table(layout.absolute(entry["path"])))
         if not parts:
             continue
-        merged = merge(kind, [p.cast(kind.schema) for p in parts])
+        merged = exact(kind, merge(kind, [with_exact(kind, p) for p in parts]))
         path = layout.generation_file(kind_name, run_id, nxt.generation)
         nxt.files[kind_name] = write_parquet(layout, path, merged)
     record = f"{layout.consolidation_dir(run_id)}/{nxt.generation:06d}.json"
@@ -116,6 +133,22 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
     for entry in gen.files.values():
         layout.delete(layout.absolute(entry["path"]))
     return nxt
+
+
+def with_exact(kind: StatsKind, table: pa.Table) -> pa.Table:
+    """A shard's table with the exact twins of its float sums (consolidated ones have them)."""
+    for v in kind.exact_columns:
+        if v + EXACT_SUFFIX not in table.column_names:
+            table = table.append_column(v + EXACT_SUFFIX, table[v].cast(EXACT_TYPE))
+    return table.select(kind.consolidated_schema.names).cast(kind.consolidated_schema)
+
+
+def exact(kind: StatsKind, table: pa.Table) -> pa.Table:
+    """Each float sum recomputed from its exact twin: the same bits for any merge order."""
+    for v in kind.exact_columns:
+        k = table.schema.get_field_index(v)
+        table = table.set_column(k, v, table[v + EXACT_SUFFIX].cast(pa.float64()))
+    return table
 
 
 def _delete_partials(layout: Layout, run_id: str, shards: frozenset[int]) -> None:

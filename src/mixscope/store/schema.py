@@ -112,6 +112,13 @@ def detail_schema(precision: str = "float32") -> pa.Schema:
 # -- sufficient statistics ----------------------------------------------------------------
 
 
+#: a consolidated file's exact twin of each float sum: the shards' float64 sums rounded to
+#: 1e-20 and added exactly, so a run's consolidated statistics are the same bits whatever
+#: order its shards were merged in (generations, retries, resumes); up to 1e18 in magnitude
+EXACT_TYPE = pa.decimal128(38, 20)
+EXACT_SUFFIX = "_exact"
+
+
 @dataclass(frozen=True)
 class StatsKind:
     """One statistics table: its key columns and how each value column merges."""
@@ -123,40 +130,35 @@ class StatsKind:
 
     @property
     def schema(self) -> pa.Schema:
+        """A shard's file (and what readers see): float64 sums."""
         fields = [pa.field(k, t, nullable=False) for k, t in self.keys]
         fields += [pa.field(v, t, nullable=False) for v, t, _ in self.values]
         return pa.schema(fields, metadata=_META)
 
     @property
-    def working_schema(self) -> pa.Schema:
-        """The schema while a shard is computed: sums as float64 (cast to ``schema`` once)."""
-        return pa.schema(
-            [
-                pa.field(f.name, pa.float64() if pa.types.is_decimal(f.type) else f.type, False)
-                for f in self.schema
-            ],
-            metadata=_META,
-        )
+    def exact_columns(self) -> tuple[str, ...]:
+        """The float sums, which consolidated files also keep as exact decimals."""
+        return tuple(v for v, t, op in self.values if op == "sum" and pa.types.is_floating(t))
+
+    @property
+    def consolidated_schema(self) -> pa.Schema:
+        """A consolidated file: the shard schema plus ``<sum>_exact`` decimal twins."""
+        extra = [pa.field(v + EXACT_SUFFIX, EXACT_TYPE, False) for v in self.exact_columns]
+        return pa.schema([*self.schema, *extra], metadata=_META)
 
     @property
     def key_names(self) -> tuple[str, ...]:
         return tuple(k for k, _ in self.keys)
 
 
-#: sums are exact decimals: a shard's float64 sums rounded to 1e-20, then added exactly, so
-#: a run's statistics are the same bits whatever the order shards were merged in
-#: (consolidation generations, retries, resumes); up to 1e18 in magnitude
-SUM_TYPE = pa.decimal128(38, 20)
-
-
 def _moments(per_measure: tuple[str, ...]) -> tuple[tuple[str, pa.DataType, str], ...]:
     kinds = {
-        "sum": (SUM_TYPE, "sum"),
-        "sumsq": (SUM_TYPE, "sum"),
+        "sum": (pa.float64(), "sum"),
+        "sumsq": (pa.float64(), "sum"),
         "min": (pa.float32(), "min"),
         "max": (pa.float32(), "max"),
-        "seq_sum": (SUM_TYPE, "sum"),
-        "seq_sumsq": (SUM_TYPE, "sum"),
+        "seq_sum": (pa.float64(), "sum"),
+        "seq_sumsq": (pa.float64(), "sum"),
     }
     return tuple(
         (f"{m}_{k}", kinds[k][0], kinds[k][1]) for m in STORED_MEASURES for k in per_measure
