@@ -436,7 +436,9 @@ def test_consolidated_statistics_are_the_same_bits_in_any_merge_order(tmp_path):
         assert final.shards == frozenset(range(4))
         tables = {k: pq.read_table(Path(copy, v["path"])) for k, v in final.files.items()}
         # rows in key order (a merge may list them in any order), every value to the bit
-        results.append({k: sorted(zip(*t.to_pydict().values())) for k, t in tables.items()})
+        results.append(
+            {k: sorted(zip(*t.to_pydict().values(), strict=True)) for k, t in tables.items()}
+        )
     assert results[0] == results[1] == results[2]
     # and the views read them as they are
     assert _queries(str(tmp_path / "copy0")) == _queries(str(tmp_path / "copy1"))

@@ -4,12 +4,16 @@
 -- columns: run_id, measure, rho, n, bound
 -- From layer_hist: token-layer rows per (layer, value bin); ranks from counts, ties share
 -- the mean of their ranks; `bound` is the worst-case |rho - exact rho| (spearman macro).
+-- A derived measure has its source's ranks, so its source's rho.
 WITH cells AS (
-    SELECT {'run_id': run_id, 'measure': measure} AS grp, layer AS x, bin AS y, sum(count) AS c
+    SELECT run_id || '|' || measure AS grp, layer AS x, bin AS y, count AS c, count AS c2
     FROM layer_hist
-    WHERE $run_id IS NULL OR run_id = $run_id
-    GROUP BY ALL
+    WHERE ($run_id IS NULL OR run_id = $run_id) AND measure IN (SELECT source FROM measures)
+),
+rho AS (
+    SELECT split_part(grp, '|', 1) AS run_id, split_part(grp, '|', 2) AS source, *
+    FROM spearman(cells, true)
 )
-SELECT grp.run_id AS run_id, grp.measure AS measure, rho, n, bound
-FROM spearman(cells, true) JOIN measures ON measures.measure = grp.measure
-ORDER BY run_id, ord
+SELECT run_id, m.measure, rho, n, bound
+FROM rho JOIN measures m USING (source)
+ORDER BY run_id, m.ord

@@ -6,24 +6,19 @@
 -- From token_hist: occurrences per (token, bin of the layer-averaged value), so ranks of
 -- values come from bin totals (ties share the mean of their ranks). `bound` is the
 -- worst-case |rho - exact rho| of the two (spearman macro); frequency_correlation_exact
--- computes it from the per-token rows. Tokens missing from a reference table are left out.
-WITH with_rank AS (
-    SELECT * FROM ranked(token_hist, $reference)   -- helper macros of the views
-    WHERE $run_id IS NULL OR run_id = $run_id
+-- computes it from the per-token rows. A derived measure (attnres_w = attn_w / 2) has its
+-- source's ranks, so its source's rho. Tokens missing from a reference table are left out.
+WITH cells AS (  -- every occurrence (c), and those that are not [CLS]/[SEP] (c2)
+    SELECT run_id || '|' || measure AS grp, freq_rank AS x, bin AS y, count AS c,
+        CASE WHEN category IN ('cls', 'sep') THEN 0 ELSE count END AS c2
+    FROM ranked(token_hist, $reference)   -- helper macros of the views
+    WHERE ($run_id IS NULL OR run_id = $run_id) AND measure IN (SELECT source FROM measures)
 ),
-cells AS (  -- every occurrence, and again without [CLS]/[SEP]
-    SELECT {'run_id': run_id, 'measure': measure, 'subset': 'all'} AS grp,
-        freq_rank AS x, bin AS y, count AS c
-    FROM with_rank
-    UNION ALL
-    SELECT {'run_id': run_id, 'measure': measure, 'subset': 'no_special'},
-        freq_rank, bin, count
-    FROM with_rank WHERE category NOT IN ('cls', 'sep')
-),
-rho AS (SELECT grp.run_id, grp.measure, grp.subset, n, rho, bound FROM spearman(cells, true))
-SELECT a.run_id, a.measure, a.rho AS rho_all, b.rho AS rho_no_special, a.n, b.n AS n_no_special,
-    greatest(a.bound, b.bound) AS bound
-FROM (SELECT * FROM rho WHERE subset = 'all') a
-LEFT JOIN (SELECT * FROM rho WHERE subset = 'no_special') b USING (run_id, measure)
-JOIN measures USING (measure)
-ORDER BY a.run_id, ord
+rho AS (
+    SELECT split_part(grp, '|', 1) AS run_id, split_part(grp, '|', 2) AS source, *
+    FROM spearman(cells, true)
+)
+SELECT run_id, m.measure, rho AS rho_all, rho2 AS rho_no_special, n, n2 AS n_no_special,
+    greatest(bound, bound2) AS bound
+FROM rho JOIN measures m USING (source)
+ORDER BY run_id, m.ord

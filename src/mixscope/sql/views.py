@@ -200,44 +200,57 @@ FROM occurrences o JOIN frequencies f ON f.token = o.token
 WHERE f.reference = ref AND f.token_id IS NULL
 """
 
-# Spearman's rho from counts. ``cells``: (grp, x, y, c) = c observations at (x, y) in group
-# grp (any type, e.g. a struct). Ties share the mean of their ranks, computed from the
-# counts (cumulative sums over distinct x and y), so nothing sorts the observations. With
-# ``binned``, y is a histogram bin standing for values that may differ inside it; ``bound``
-# is then the worst case of |rho - rho of the values|: s + s²/2 with
-# s² = Σ_b c_b (c_b² - 1) / (12 Σ_b c_b (r_b - (n + 1)/2)²), r_b the bin's mean rank.
+# Spearman's rho from counts, for a population and a sub-population at once. ``cells``:
+# (grp, x, y, c, c2) = c observations at (x, y) in group grp (e.g. 'run|measure'), c2 of
+# them also in the sub-population (e.g. without [CLS]/[SEP]; c2 = c for none). Ties share
+# the mean of their ranks, computed from counts (cumulative sums over the distinct x and y),
+# and Σ c·dx·dy is summed per distinct y as dy · Σ c·dx, so the cells are read twice and
+# joined only with the (small) table of distinct x. With ``binned``, y is a histogram bin
+# standing for values that may differ inside it; ``bound`` is then the worst case of
+# |rho - rho of the values|: s + s²/2 with s² = Σ_b c_b (c_b² - 1) / (12 Σ_b c_b d_b²),
+# d_b = the bin's mean rank - (n + 1)/2.
 SPEARMAN = """
 CREATE MACRO spearman(cells, binned) AS TABLE
-WITH totals AS (SELECT grp, sum(c) AS n FROM query_table(cells) GROUP BY grp),
-xs AS (SELECT grp, x, sum(c) AS cx FROM query_table(cells) GROUP BY grp, x),
-xr AS (
-    SELECT grp, x, sum(cx) OVER (PARTITION BY grp ORDER BY x ROWS UNBOUNDED PRECEDING)
-        - (cx - 1) / 2.0 AS rx
-    FROM xs
+WITH xs AS (
+    SELECT grp, x, sum(c) AS cx, sum(c2) AS cx2 FROM query_table(cells) GROUP BY grp, x
 ),
-ys AS (SELECT grp, y, sum(c) AS cy FROM query_table(cells) GROUP BY grp, y),
-yr AS (
-    SELECT grp, y, cy, sum(cy) OVER (PARTITION BY grp ORDER BY y ROWS UNBOUNDED PRECEDING)
-        - (cy - 1) / 2.0 AS ry
-    FROM ys
+xn AS (SELECT *, sum(cx) OVER g AS n, sum(cx2) OVER g AS n2 FROM xs WINDOW g AS (PARTITION BY grp)),
+xd AS (  -- each distinct x: its counts and centred mean ranks
+    SELECT grp, x, cx, cx2, n, n2,
+        sum(cx) OVER w - (cx - 1) / 2.0 - (n + 1) / 2.0 AS dx,
+        sum(cx2) OVER w - (cx2 - 1) / 2.0 - (n2 + 1) / 2.0 AS dx2
+    FROM xn WINDOW w AS (PARTITION BY grp ORDER BY x ROWS UNBOUNDED PRECEDING)
 ),
-spread AS (
-    SELECT grp, sum(cy * (cy * cy - 1.0)) AS ties, sum(cy * power(ry - (n + 1) / 2.0, 2)) AS syy
-    FROM yr JOIN totals USING (grp) GROUP BY grp
+ys AS (  -- each distinct y: its counts and Σ c·dx of its cells
+    SELECT c.grp, c.y, sum(c.c) AS cy, sum(c.c2) AS cy2,
+        sum(c.c * xd.dx) AS sdx, sum(c.c2 * xd.dx2) AS sdx2,
+        any_value(xd.n) AS n, any_value(xd.n2) AS n2
+    FROM query_table(cells) c JOIN xd ON c.grp = xd.grp AND c.x = xd.x
+    GROUP BY c.grp, c.y
 ),
-centred AS (
-    SELECT grp, c, rx - (n + 1) / 2.0 AS dx, ry - (n + 1) / 2.0 AS dy
-    FROM query_table(cells) JOIN xr USING (grp, x) JOIN yr USING (grp, y) JOIN totals USING (grp)
+yd AS (
+    SELECT grp, cy, cy2, sdx, sdx2, n, n2,
+        sum(cy) OVER w - (cy - 1) / 2.0 - (n + 1) / 2.0 AS dy,
+        sum(cy2) OVER w - (cy2 - 1) / 2.0 - (n2 + 1) / 2.0 AS dy2
+    FROM ys WINDOW w AS (PARTITION BY grp ORDER BY y ROWS UNBOUNDED PRECEDING)
 ),
-rho AS (
-    SELECT grp, sum(c)::BIGINT AS n,
-        sum(c * dx * dy) / sqrt(sum(c * dx * dx) * sum(c * dy * dy)) AS rho
-    FROM centred GROUP BY grp
+sx AS (
+    SELECT grp, sum(cx * dx * dx) AS sxx, sum(cx2 * dx2 * dx2) AS sxx2 FROM xd GROUP BY grp
+),
+sy AS (
+    SELECT grp, any_value(n) AS n, any_value(n2) AS n2,
+        sum(sdx * dy) AS sxy, sum(cy * dy * dy) AS syy, sum(cy * (cy * cy - 1.0)) AS ties,
+        sum(sdx2 * dy2) AS sxy2, sum(cy2 * dy2 * dy2) AS syy2,
+        sum(cy2 * (cy2 * cy2 - 1.0)) AS ties2
+    FROM yd GROUP BY grp
 )
-SELECT grp, n, rho,
+SELECT grp, n::BIGINT AS n, sxy / sqrt(sxx * syy) AS rho,
     CASE WHEN NOT binned THEN 0.0 WHEN syy = 0 THEN 'nan'::DOUBLE
-        ELSE sqrt(ties / (12 * syy)) + ties / (24 * syy) END AS bound
-FROM rho JOIN spread USING (grp)
+        ELSE sqrt(ties / (12 * syy)) + ties / (24 * syy) END AS bound,
+    n2::BIGINT AS n2, sxy2 / sqrt(sxx2 * syy2) AS rho2,
+    CASE WHEN NOT binned THEN 0.0 WHEN syy2 = 0 THEN 'nan'::DOUBLE
+        ELSE sqrt(ties2 / (12 * syy2)) + ties2 / (24 * syy2) END AS bound2
+FROM sy JOIN sx USING (grp)
 """
 
 # the same join for any table with run_id, token_id and token (token_stats, token_hist):
@@ -374,8 +387,11 @@ def connect(
         con.executemany(f"INSERT INTO runs VALUES ({marks})", [_run_row(r) for r in runs])
     con.execute(
         "CREATE TABLE measures AS SELECT * FROM (VALUES "
-        + ", ".join(f"({k}, {_quote(m)})" for k, m in enumerate(MEASURE_COLUMNS))
-        + ") AS m(ord, measure)"
+        + ", ".join(
+            f"({k}, {_quote(m)}, {_quote(DERIVED_MEASURES.get(m, (m,))[0])})"
+            for k, m in enumerate(MEASURE_COLUMNS)
+        )
+        + ") AS m(ord, measure, source)"
     )
     if read_only:
         con.execute(f"SET allowed_directories = [{_quote(layout.base + '/')}]")
