@@ -442,3 +442,37 @@ def test_consolidated_statistics_are_the_same_bits_in_any_merge_order(tmp_path):
     assert results[0] == results[1] == results[2]
     # and the views read them as they are
     assert _queries(str(tmp_path / "copy0")) == _queries(str(tmp_path / "copy1"))
+
+
+def _by_key(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
+    return sorted(rows, key=lambda r: tuple(r[k] for k in keys))
+
+
+def test_a_shard_added_block_by_block_equals_the_whole_block():
+    """The worker adds a shard chunk by chunk: the accumulators merge keys exactly."""
+    import sql_fixtures as sf
+    from mixscope.stats.accumulate import ShardStatistics, statistics
+    from mixscope.stats.block import Vocabulary, token_block
+
+    rng = np.random.default_rng(5)
+    seqs = sf.make_sequences(rng, 40, pairs=True, unk_every=3)
+    encoded, measures = sf.shard_arrays(seqs, 3, rng)
+    for m in measures:  # not multiples of 1/8
+        m += rng.random(m.shape, dtype=np.float32) / 1000
+    vocab = Vocabulary(sf.SyntheticTokenizer())
+    whole = statistics(token_block(encoded, measures, vocab), vocab)
+    acc = ShardStatistics(vocab)
+    for lo, hi in ((0, 7), (7, 8), (8, 30), (30, len(encoded))):  # chunks share many keys
+        acc.add(token_block(encoded[lo:hi], measures[lo:hi], vocab))
+    parts = acc.tables()
+    assert set(parts) == set(whole) == set(STATS)
+    for kind, table in whole.items():
+        got, want = parts[kind].to_pylist(), table.to_pylist()
+        keys = STATS[kind].key_names
+        assert len(got) == len(want), kind
+        for g, w in zip(_by_key(got, keys), _by_key(want, keys), strict=True):
+            for col, value in w.items():
+                if isinstance(value, float):
+                    assert math.isclose(g[col], value, rel_tol=1e-12, abs_tol=1e-15), (kind, col)
+                else:
+                    assert g[col] == value, (kind, col)

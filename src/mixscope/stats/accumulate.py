@@ -1,9 +1,11 @@
-"""Sufficient statistics of a token block: the five ``STATS`` tables, vectorized numpy.
+"""Sufficient statistics of token blocks: the ``STATS`` tables, vectorized numpy.
 
 Every table is keyed (see ``store.schema.STATS``) and every value column merges by sum,
 min or max, so the statistics of a shard, of a run or of any set of shards are the merge
 of the parts' statistics (:func:`merge`): the unit of commit (a shard) and the unit of
-reading (a run) never need the per-token rows.
+reading (a run) never need the per-token rows. Within a shard, ``ShardStatistics`` keeps
+numpy accumulators (sorted keys with their values, or dense counts) that each block
+updates in place: no table is built or merged until the shard's files are written.
 
 Sums are float64 over the float32 values the detail stores, so a statistic equals the same
 aggregate over the detail rows to float64 precision; consolidation (``consolidate``) adds
@@ -55,17 +57,6 @@ def _grouped(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, starts, sorted_keys[starts]
 
 
-def _moments(vals: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
-    """Σ, Σ², min, max over groups of axis 0 of ``vals`` [rows, ..., measures] (sorted)."""
-    v64 = vals.astype(np.float64)
-    return {
-        "sum": np.add.reduceat(v64, starts, axis=0),
-        "sumsq": np.add.reduceat(v64 * v64, starts, axis=0),
-        "min": np.minimum.reduceat(vals, starts, axis=0),
-        "max": np.maximum.reduceat(vals, starts, axis=0),
-    }
-
-
 def _table(kind: StatsKind, columns: dict[str, np.ndarray]) -> pa.Table:
     """The working table (float64 sums) of the given columns, in the kind's column order."""
     fields = [f for f in kind.schema if f.name in columns]
@@ -85,6 +76,44 @@ def _measure_columns(stats: dict[str, np.ndarray], rows: int) -> dict[str, np.nd
 _REDUCE = {"sum": np.add, "sumsq": np.add, "min": np.minimum, "max": np.maximum}
 
 
+class Keyed:
+    """Values accumulated per int64 key: sorted unique keys, value arrays along axis 0.
+
+    ``add`` takes a block's own unique sorted keys and values and merges them in: sums add,
+    minima and maxima combine, new keys are inserted in order.
+    """
+
+    def __init__(self, ops: dict[str, str]) -> None:
+        self.ops = ops  # value name → sum | min | max
+        self.keys = np.empty(0, np.int64)
+        self.values: dict[str, np.ndarray] = {}
+
+    def add(self, keys: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        if not self.values:
+            self.keys, self.values = keys, dict(values)
+            return
+        pos = np.searchsorted(self.keys, keys)
+        found = pos < len(self.keys)
+        found[found] = self.keys[pos[found]] == keys[found]
+        old, new = pos[found], ~found
+        for name, op in self.ops.items():
+            acc, v = self.values[name], values[name]
+            if op == "sum":
+                acc[old] += v[found]
+            elif op == "min":
+                acc[old] = np.minimum(acc[old], v[found])
+            else:
+                acc[old] = np.maximum(acc[old], v[found])
+        if new.any():
+            at = pos[new]
+            self.keys = np.insert(self.keys, at, keys[new])
+            for name in self.ops:
+                self.values[name] = np.insert(self.values[name], at, values[name][new], axis=0)
+
+
+_MOMENTS = {"n": "sum", "sum": "sum", "sumsq": "sum", "min": "min", "max": "max"}
+
+
 def _token_keys(block: TokenBlock) -> np.ndarray:
     """One int64 per (token_id, original_id, token_type, category); ids are < 2^28."""
     return (
@@ -95,110 +124,51 @@ def _token_keys(block: TokenBlock) -> np.ndarray:
     )
 
 
-def token_and_layer_stats(block: TokenBlock, v64: np.ndarray) -> tuple[pa.Table, pa.Table]:
-    """token_stats, then layer_stats from its groups (one pass over the token values)."""
-    L = block.layers
+def token_moments(block: TokenBlock, v64: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Unique token keys and their count, Σ, Σ², min, max ([keys, layers, measures])."""
     order, starts, keys = _grouped(_token_keys(block))
-    counts = np.diff(np.r_[starts, len(block)])
     sorted64 = v64[order]
     sorted32 = block.values[order]
-    m = {  # [groups, layers, measures]
+    return keys, {
+        "n": np.diff(np.r_[starts, len(block)]),
         "sum": np.add.reduceat(sorted64, starts, axis=0),
         "sumsq": np.add.reduceat(sorted64 * sorted64, starts, axis=0),
         "min": np.minimum.reduceat(sorted32, starts, axis=0),
         "max": np.maximum.reduceat(sorted32, starts, axis=0),
     }
-    g = len(keys)
-    category, token_type = keys & 7, (keys >> 3) & 15
-    tokens = _table(
-        TOKEN_STATS,
-        {
-            "layer": np.tile(np.arange(1, L + 1), g),
-            "token_id": np.repeat(keys >> 35, L),
-            "original_id": np.repeat((keys >> 7) & ((1 << 28) - 1), L),
-            "token_type": np.repeat(token_type, L),
-            "category": np.repeat(category, L),
-            "n": np.repeat(counts, L),
-            **_measure_columns(m, g * L),
-        },
-    )
-    order2, starts2, keys2 = _grouped(category * 16 + token_type)
-    m2 = {k: _REDUCE[k].reduceat(v[order2], starts2, axis=0) for k, v in m.items()}
-    g2 = len(keys2)
-    layers = _table(
-        LAYER_STATS,
-        {
-            "layer": np.tile(np.arange(1, L + 1), g2),
-            "category": np.repeat(keys2 // 16, L),
-            "token_type": np.repeat(keys2 % 16, L),
-            "n": np.repeat(np.add.reduceat(counts[order2], starts2), L),
-            **_measure_columns(m2, g2 * L),
-        },
-    )
-    return tokens, layers
 
 
-def sequence_stats(block: TokenBlock, v64: np.ndarray) -> pa.Table:
-    """Per (layer, category): sequences that have such tokens, Σ and Σ² of their means."""
-    L = block.layers
+def sequence_moments(block: TokenBlock, v64: np.ndarray) -> dict[str, np.ndarray]:
+    """Per category (index N_CAT: every token): sequences with such tokens, Σ and Σ² of
+    their per-sequence means ([N_CAT + 1, layers, measures])."""
     order, starts, keys = _grouped(block.sequence * N_CAT + block.category)
     counts = np.diff(np.r_[starts, len(block)])
     sums = np.add.reduceat(v64[order], starts, axis=0)  # [sequence × category, layers, m]
     # every token of a sequence: its groups are contiguous (sorted by sequence first)
     seq = keys // N_CAT
     seq_starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    seq_sums = np.add.reduceat(sums, seq_starts, axis=0)
-    seq_counts = np.add.reduceat(counts, seq_starts)
-    cats = np.r_[keys % N_CAT, np.full(len(seq_starts), ALL_TOKENS)]
-    means = np.concatenate(
-        [sums / counts[:, None, None], seq_sums / seq_counts[:, None, None]]
-    )  # [groups, layers, measures]
-    order, starts, ukeys = _grouped(cats)
-    ordered = means[order]
-    seq_sum = np.add.reduceat(ordered, starts, axis=0)  # [categories, layers, measures]
-    seq_sumsq = np.add.reduceat(ordered * ordered, starts, axis=0)
-    n_seq = np.diff(np.r_[starts, len(cats)])
-    g = len(ukeys)
-    cols = {
-        "layer": np.tile(np.arange(1, L + 1), g),
-        "category": np.repeat(ukeys, L),
-        "sequences": np.repeat(n_seq, L),
-        **_measure_columns({"seq_sum": seq_sum, "seq_sumsq": seq_sumsq}, g * L),
-    }
-    return _table(SEQUENCE_STATS, cols)
+    seq_means = np.add.reduceat(sums, seq_starts, axis=0)
+    seq_means /= np.add.reduceat(counts, seq_starts)[:, None, None]
+    means = sums / counts[:, None, None]
+    cats = keys % N_CAT
+    shape = (N_CAT + 1, *v64.shape[1:])
+    out = {"sequences": np.zeros(N_CAT + 1, np.int64)}
+    out["sequences"][:N_CAT] = np.bincount(cats, minlength=N_CAT)
+    out["sequences"][N_CAT] = len(seq_starts)
+    for name, power in (("seq_sum", 1), ("seq_sumsq", 2)):
+        acc = np.zeros(shape)
+        np.add.at(acc, cats, means**power)
+        acc[N_CAT] = (seq_means**power).sum(axis=0)
+        out[name] = acc
+    return out
 
 
-def _histogram(
-    kind: StatsKind,
-    group: np.ndarray,
-    b: np.ndarray,
-    names: dict[str, tuple[int, int]],
-    groups: int | None = None,
-) -> pa.Table:
-    """Counts of (group, measure, bin); ``b`` [rows, measures] bins, ``group`` [rows].
-
-    ``groups``: the number of groups when small, to count with a dense bincount (no sort).
-    """
-    key = (group[:, None] * N_MEAS + np.arange(N_MEAS)) * HIST_BINS + b  # [rows, measures]
-    if groups is not None:
-        dense = np.bincount(key.ravel(), minlength=groups * N_MEAS * HIST_BINS)
-        uniq = np.flatnonzero(dense)
-        counts = dense[uniq]
-    else:
-        uniq, counts = np.unique(key.ravel(), return_counts=True)
-    cols = {"bin": uniq % HIST_BINS, "measure": (uniq // HIST_BINS) % N_MEAS, "count": counts}
-    rest = uniq // (HIST_BINS * N_MEAS)
-    for name, (divisor, modulo) in names.items():
-        cols[name] = (rest // divisor) % modulo
-    return _table(kind, cols)
-
-
-def token_hist(block: TokenBlock, v64: np.ndarray) -> pa.Table:
-    """Histogram of each occurrence's layer-averaged value, per token id and category."""
+def token_hist_keys(block: TokenBlock, v64: np.ndarray) -> np.ndarray:
+    """(token id, category, measure, bin of the occurrence's layer average) packed, per
+    token and measure."""
     avg = v64.sum(axis=1) / block.layers  # [tokens, measures]
     group = block.token_id.astype(np.int64) * N_CAT + block.category
-    names = {"category": (1, N_CAT), "token_id": (N_CAT, 1 << 31)}
-    return _histogram(TOKEN_HIST, group, bins(avg), names)
+    return ((group[:, None] * N_MEAS + np.arange(N_MEAS)) * HIST_BINS + bins(avg)).ravel()
 
 
 def layer_hist_counts(block: TokenBlock) -> np.ndarray:
@@ -214,77 +184,130 @@ def layer_hist_counts(block: TokenBlock) -> np.ndarray:
     return dense.reshape(L + 1, N_CAT, N_MEAS, HIST_BINS)
 
 
-def layer_hist_table(counts: np.ndarray) -> pa.Table:
-    layer, category, measure, b = np.nonzero(counts)
-    cols = {"layer": layer, "category": category, "measure": measure, "bin": b}
-    return _table(LAYER_HIST, {**cols, "count": counts[layer, category, measure, b]})
-
-
-def frequencies(block: TokenBlock, v64: np.ndarray | None = None) -> pa.Table:
-    """Occurrences of each token id before masking (the corpus's own counts)."""
-    uniq, counts = np.unique(block.original_id, return_counts=True)
-    return _table(FREQUENCIES, {"token_id": uniq, "count": counts})
-
-
-def block_tables(block: TokenBlock) -> dict[str, pa.Table]:
-    """The tables computed per block (layer_hist is counted densely, see ShardStatistics)."""
-    v64 = block.values.astype(np.float64)  # [tokens, layers, measures], once
-    tokens, layers = token_and_layer_stats(block, v64)
-    return {
-        FREQUENCIES.name: frequencies(block),
-        LAYER_STATS.name: layers,
-        SEQUENCE_STATS.name: sequence_stats(block, v64),
-        TOKEN_STATS.name: tokens,
-        TOKEN_HIST.name: token_hist(block, v64),
-    }
-
-
 class ShardStatistics:
-    """The statistics of a shard, block by block.
+    """The statistics of a shard, block by block, in numpy accumulators.
 
-    Each block's tables are computed as it comes (on the worker's host thread, while the
-    model runs the next one); the layer histogram is counted in place; ``tables`` merges
-    the parts once and attaches token strings (a function of the id) after the merge.
+    ``add`` runs on the worker's host thread while the model runs the next block;
+    ``tables`` builds the shard's tables once (float64 sums), token strings attached by id.
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
         self.vocab = vocab
-        self._parts: list[dict[str, pa.Table]] = []
+        self.layers = 0
+        self._tokens = Keyed(_MOMENTS)
+        self._hist = Keyed({"count": "sum"})
+        self._sequences: dict[str, np.ndarray] | None = None
         self._layer_hist: np.ndarray | None = None
-
-    #: parts merged as they come, so the merge left for ``tables`` stays small
-    MERGE_EVERY = 4
+        self._freq = np.zeros(0, np.int64)
 
     def add(self, block: TokenBlock) -> None:
-        self._parts.append(block_tables(block))
-        if len(self._parts) >= self.MERGE_EVERY:
-            kinds = self._parts[0]
-            self._parts = [{k: merge(STATS[k], [p[k] for p in self._parts]) for k in kinds}]
-        counts = layer_hist_counts(block)
-        if self._layer_hist is None:
-            self._layer_hist = counts
+        if len(block) == 0:
+            return
+        self.layers = block.layers
+        v64 = block.values.astype(np.float64)  # [tokens, layers, measures], once
+        self._tokens.add(*token_moments(block, v64))
+        keys, counts = np.unique(token_hist_keys(block, v64), return_counts=True)
+        self._hist.add(keys, {"count": counts})
+        seq = sequence_moments(block, v64)
+        hist = layer_hist_counts(block)
+        if self._sequences is None:
+            self._sequences, self._layer_hist = seq, hist
         else:
-            self._layer_hist += counts
+            for k, v in seq.items():
+                self._sequences[k] += v
+            self._layer_hist += hist
+        freq = np.bincount(block.original_id, minlength=len(self._freq))
+        freq[: len(self._freq)] += self._freq
+        self._freq = freq
 
     def tables(self) -> dict[str, pa.Table]:
-        """Kind name → working table (float64 sums); empty dict before any block."""
-        if self._layer_hist is None:
+        """Kind name → the shard's table (float64 sums); empty before any block."""
+        if self._sequences is None:
             return {}
-        out = {}
-        for name in self._parts[0]:
-            merged = merge(STATS[name], [p[name] for p in self._parts])
-            out[name] = self._complete(STATS[name], merged)
-        out[LAYER_HIST.name] = layer_hist_table(self._layer_hist)
+        L = self.layers
+        layer_of = lambda g: np.tile(np.arange(1, L + 1), g)  # noqa: E731  key-major, layer-minor
+        keys, m = self._tokens.keys, self._tokens.values
+        g = len(keys)
+        category, token_type, token_id = keys & 7, (keys >> 3) & 15, keys >> 35
+        moments = {k: m[k] for k in ("sum", "sumsq", "min", "max")}
+        out = {
+            TOKEN_STATS.name: _table(
+                TOKEN_STATS,
+                {
+                    "layer": layer_of(g),
+                    "token_id": np.repeat(token_id, L),
+                    "original_id": np.repeat((keys >> 7) & ((1 << 28) - 1), L),
+                    "token_type": np.repeat(token_type, L),
+                    "category": np.repeat(category, L),
+                    "token": self.vocab.arrow(np.repeat(token_id, L)),
+                    "n": np.repeat(m["n"], L),
+                    **_measure_columns(moments, g * L),
+                },
+            )
+        }
+        # layer_stats: the token groups grouped again by (category, pair segment)
+        order, starts, k2 = _grouped(category * 16 + token_type)
+        m2 = {k: _REDUCE[k].reduceat(v[order], starts, axis=0) for k, v in moments.items()}
+        g2 = len(k2)
+        out[LAYER_STATS.name] = _table(
+            LAYER_STATS,
+            {
+                "layer": layer_of(g2),
+                "category": np.repeat(k2 // 16, L),
+                "token_type": np.repeat(k2 % 16, L),
+                "n": np.repeat(np.add.reduceat(m["n"][order], starts), L),
+                **_measure_columns(m2, g2 * L),
+            },
+        )
+        s = self._sequences
+        present = np.flatnonzero(s["sequences"])
+        cats = np.where(present == N_CAT, ALL_TOKENS, present)
+        out[SEQUENCE_STATS.name] = _table(
+            SEQUENCE_STATS,
+            {
+                "layer": layer_of(len(present)),
+                "category": np.repeat(cats, L),
+                "sequences": np.repeat(s["sequences"][present], L),
+                **_measure_columns(
+                    {k: s[k][present] for k in ("seq_sum", "seq_sumsq")}, len(present) * L
+                ),
+            },
+        )
+        hk, hc = self._hist.keys, self._hist.values["count"]
+        rest = hk // (HIST_BINS * N_MEAS)
+        hist_ids = rest // N_CAT
+        out[TOKEN_HIST.name] = _table(
+            TOKEN_HIST,
+            {
+                "token_id": hist_ids,
+                "category": rest % N_CAT,
+                "measure": (hk // HIST_BINS) % N_MEAS,
+                "bin": hk % HIST_BINS,
+                "token": self.vocab.arrow(hist_ids),
+                "count": hc,
+            },
+        )
+        layer, cat, meas, b = np.nonzero(self._layer_hist)
+        out[LAYER_HIST.name] = _table(
+            LAYER_HIST,
+            {
+                "layer": layer,
+                "category": cat,
+                "measure": meas,
+                "bin": b,
+                "count": self._layer_hist[layer, cat, meas, b],
+            },
+        )
+        ids = np.flatnonzero(self._freq)
+        out[FREQUENCIES.name] = _table(
+            FREQUENCIES,
+            {"token_id": ids, "token": self.vocab.arrow(ids), "count": self._freq[ids]},
+        )
         return {name: out[name] for name in STATS}
-
-    def _complete(self, kind: StatsKind, table: pa.Table) -> pa.Table:
-        if "token" in kind.schema.names and "token" not in table.column_names:
-            table = table.append_column("token", self.vocab.arrow(table["token_id"].to_numpy()))
-        return table.select(kind.schema.names).cast(kind.schema)
 
 
 def statistics(block: TokenBlock, vocab: Vocabulary) -> dict[str, pa.Table]:
-    """Every statistics table of one block (kind name → working table)."""
+    """Every statistics table of one block (kind name → table)."""
     acc = ShardStatistics(vocab)
     acc.add(block)
     return acc.tables()
