@@ -23,6 +23,12 @@ class LocalExecutor:
 
     def run(self, shards: list[Shard]) -> Iterator[ShardEvent]:
         worker = ShardWorker(self.spec, self.run_id)
+        try:
+            yield from self._run(worker, shards)
+        finally:
+            worker.close()
+
+    def _run(self, worker: ShardWorker, shards: list[Shard]) -> Iterator[ShardEvent]:
         attempts_allowed = 1 + self.spec.runtime.max_retries
         for shard in shards:
             for attempt in range(1, attempts_allowed + 1):

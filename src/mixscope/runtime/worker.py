@@ -50,6 +50,11 @@ class ShardWorker:
         # statistics, detail rows and Parquet encoding, one chunk behind the model
         self._host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results")
 
+    def close(self) -> None:
+        """Stop the tokenizing and result threads (an actor's process ends with it anyway)."""
+        self._prefetch.shutdown(wait=True)
+        self._host.shutdown(wait=True)
+
     def info(self) -> dict[str, Any]:
         return {"host": socket.gethostname(), "pid": os.getpid(), "device": self.device}
 
