@@ -9,7 +9,7 @@ updates in place: no table is built or merged until the shard's files are writte
 
 Sums are float64 over the float32 values the detail stores, so a statistic equals the same
 aggregate over the detail rows to float64 precision; consolidation (``consolidate``) adds
-shards exactly (``store.schema.EXACT_TYPE``), so a run's statistics are the same bits
+shards exactly (``store.schema.EXACT_LIMBS``), so a run's statistics are the same bits
 whatever the order its shards were merged in.
 """
 
@@ -22,7 +22,7 @@ from mixscope.stats.block import TokenBlock, Vocabulary
 from mixscope.store.schema import (
     ALL_TOKENS,
     CATEGORIES,
-    EXACT_SUFFIX,
+    EXACT_LIMBS,
     FREQUENCIES,
     HIST_BINS,
     LAYER_HIST,
@@ -314,19 +314,43 @@ def statistics(block: TokenBlock, vocab: Vocabulary) -> dict[str, pa.Table]:
 
 
 def merge(kind: StatsKind, tables: list[pa.Table]) -> pa.Table:
-    """The statistics of the union of the parts: group by the keys, merge each value.
-
-    Float sums merge in float64, the exact decimal twins of consolidated tables exactly.
-    """
+    """The statistics of the union of the parts: rows grouped by the keys, each value merged
+    by its operation (sums add, minima and maxima combine; integer sums, such as the exact
+    limbs of consolidated files, add exactly). Within a key, rows are taken in the order of
+    ``tables``. Sorting and ``reduceat``: no hash aggregation over dozens of columns."""
     if len(tables) == 1:
         return tables[0]
     whole = pa.concat_tables(tables)
-    present = set(whole.column_names)
-    merged = whole.group_by(list(kind.key_names), use_threads=False).aggregate(
-        [(v, op) for v, _, op in kind.values if v in present]
-        + [(v + EXACT_SUFFIX, "sum") for v in kind.exact_columns if v + EXACT_SUFFIX in present]
-    )
-    renamed = merged.rename_columns(
-        [c.rsplit("_", 1)[0] if c not in kind.key_names else c for c in merged.column_names]
-    )  # "attn_w_sum_sum" → "attn_w_sum", "attn_w_sum_exact_sum" → "attn_w_sum_exact"
-    return renamed.select(tables[0].column_names).cast(tables[0].schema)
+    keys = np.column_stack([whole[k].to_numpy().astype(np.int64) for k in kind.key_names])
+    order = _key_order(keys)  # stable: the tables' order within a key
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, np.any(ordered[1:] != ordered[:-1], axis=1)])
+    ops = {v: op for v, _, op in kind.values}
+    ops.update({v + limb: "sum" for v in kind.exact_columns for limb in EXACT_LIMBS})
+    arrays = []
+    first = pa.array(order[starts])
+    for field in whole.schema:
+        name = field.name
+        if name in kind.key_names:
+            arrays.append(pa.array(ordered[starts, kind.key_names.index(name)], field.type))
+        elif pa.types.is_string(field.type):  # a function of the key (the token string)
+            arrays.append(whole[name].take(first))
+        else:
+            values = whole[name].to_numpy()[order]
+            arrays.append(pa.array(_REDUCE_OP[ops[name]].reduceat(values, starts), field.type))
+    return pa.Table.from_arrays(arrays, schema=whole.schema)
+
+
+_REDUCE_OP = {"sum": np.add, "min": np.minimum, "max": np.maximum}
+
+
+def _key_order(keys: np.ndarray) -> np.ndarray:
+    """A stable order of the rows of ``keys`` [rows, columns] (non-negative ints) by key:
+    one int64 argsort when the columns' bit widths fit in 63 bits, else a lexsort."""
+    widths = [max(1, int(c.max()).bit_length()) if len(c) else 1 for c in keys.T]
+    if sum(widths) > 63 or (len(keys) and keys.min() < 0):
+        return np.lexsort(keys.T[::-1])
+    packed = np.zeros(len(keys), np.int64)
+    for column, width in zip(keys.T, widths, strict=True):
+        packed = (packed << width) | column
+    return np.argsort(packed, kind="stable")

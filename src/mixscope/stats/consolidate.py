@@ -19,12 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
 from mixscope.store.runs import now
-from mixscope.store.schema import EXACT_SUFFIX, EXACT_TYPE, STATS, StatsKind
+from mixscope.store.schema import EXACT_LIMBS, EXACT_LO_BITS, EXACT_SCALE_BITS, STATS, StatsKind
 
 FORMAT = 1
 
@@ -135,19 +136,37 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
     return nxt
 
 
+def _limbs(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """round(s · 2^70) as (q >> 50, q mod 2^50), computed exactly in float64 (s >= 0)."""
+    scaled = s * 2.0 ** (EXACT_SCALE_BITS - EXACT_LO_BITS)  # exact: a power of two
+    hi = np.floor(scaled)
+    lo = np.rint((scaled - hi) * 2.0**EXACT_LO_BITS)  # both steps exact but the rounding
+    return hi.astype(np.int64), lo.astype(np.int64)
+
+
 def with_exact(kind: StatsKind, table: pa.Table) -> pa.Table:
-    """A shard's table with the exact twins of its float sums (consolidated ones have them)."""
+    """A shard's table with the exact limbs of its float sums (consolidated ones have them)."""
     for v in kind.exact_columns:
-        if v + EXACT_SUFFIX not in table.column_names:
-            table = table.append_column(v + EXACT_SUFFIX, table[v].cast(EXACT_TYPE))
+        if v + EXACT_LIMBS[0] not in table.column_names:
+            hi, lo = _limbs(table[v].to_numpy())
+            table = table.append_column(v + EXACT_LIMBS[0], pa.array(hi))
+            table = table.append_column(v + EXACT_LIMBS[1], pa.array(lo))
     return table.select(kind.consolidated_schema.names).cast(kind.consolidated_schema)
 
 
 def exact(kind: StatsKind, table: pa.Table) -> pa.Table:
-    """Each float sum recomputed from its exact twin: the same bits for any merge order."""
+    """Carries normalized, each float sum recomputed from its limbs: the same bits for any
+    merge order."""
+    names = table.column_names
     for v in kind.exact_columns:
-        k = table.schema.get_field_index(v)
-        table = table.set_column(k, v, table[v + EXACT_SUFFIX].cast(pa.float64()))
+        hi = table[v + EXACT_LIMBS[0]].to_numpy()
+        lo = table[v + EXACT_LIMBS[1]].to_numpy()
+        hi = hi + (lo >> EXACT_LO_BITS)
+        lo = lo & ((1 << EXACT_LO_BITS) - 1)
+        value = hi * 2.0 ** -(EXACT_SCALE_BITS - EXACT_LO_BITS) + lo * 2.0**-EXACT_SCALE_BITS
+        table = table.set_column(names.index(v), v, pa.array(value))
+        table = table.set_column(names.index(v + EXACT_LIMBS[0]), v + EXACT_LIMBS[0], pa.array(hi))
+        table = table.set_column(names.index(v + EXACT_LIMBS[1]), v + EXACT_LIMBS[1], pa.array(lo))
     return table
 
 

@@ -112,11 +112,14 @@ def detail_schema(precision: str = "float32") -> pa.Schema:
 # -- sufficient statistics ----------------------------------------------------------------
 
 
-#: a consolidated file's exact twin of each float sum: the shards' float64 sums rounded to
-#: 1e-20 and added exactly, so a run's consolidated statistics are the same bits whatever
-#: order its shards were merged in (generations, retries, resumes); up to 1e18 in magnitude
-EXACT_TYPE = pa.decimal128(38, 20)
-EXACT_SUFFIX = "_exact"
+#: a consolidated file's exact twin of each float sum (sums of measures are >= 0): the
+#: fixed-point integer q = round(s · 2^70) in two int64 limbs, ``<sum>_hi`` = q >> 50 and
+#: ``<sum>_lo`` = q mod 2^50. Limbs add exactly (carries normalized after each merge), so a
+#: run's consolidated statistics are the same bits whatever order its shards were merged in
+#: (generations, retries, resumes); resolution 2^-70 (1e-21) per shard sum, below 2^43.
+EXACT_SCALE_BITS = 70
+EXACT_LO_BITS = 50
+EXACT_LIMBS = ("_hi", "_lo")
 
 
 @dataclass(frozen=True)
@@ -137,13 +140,17 @@ class StatsKind:
 
     @property
     def exact_columns(self) -> tuple[str, ...]:
-        """The float sums, which consolidated files also keep as exact decimals."""
+        """The float sums, which consolidated files also keep exactly (``EXACT_LIMBS``)."""
         return tuple(v for v, t, op in self.values if op == "sum" and pa.types.is_floating(t))
 
     @property
     def consolidated_schema(self) -> pa.Schema:
-        """A consolidated file: the shard schema plus ``<sum>_exact`` decimal twins."""
-        extra = [pa.field(v + EXACT_SUFFIX, EXACT_TYPE, False) for v in self.exact_columns]
+        """A consolidated file: the shard schema plus the exact limbs of each float sum."""
+        extra = [
+            pa.field(v + limb, pa.int64(), False)
+            for v in self.exact_columns
+            for limb in EXACT_LIMBS
+        ]
         return pa.schema([*self.schema, *extra], metadata=_META)
 
     @property
