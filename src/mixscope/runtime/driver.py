@@ -33,6 +33,41 @@ from mixscope.store.runs import (
 CONSOLIDATE_EVERY = 32
 
 
+class BackgroundConsolidation:
+    """Consolidations during a run, on a thread of their own, one at a time, so the driver
+    keeps committing shards and handing out work while statistics are merged; ``finish``
+    waits for it and consolidates what is left."""
+
+    def __init__(self, layout: Layout, run_id: str, every: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.layout, self.run_id, self.every = layout, run_id, every
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="consolidate")
+        self._running: Any = None
+        self._since = 0
+
+    def committed(self) -> None:
+        self._since += 1
+        if self._since >= self.every and (self._running is None or self._running.done()):
+            self._check()
+            self._since = 0
+            self._running = self._pool.submit(
+                consolidate, self.layout, self.run_id, min_new=self.every
+            )
+
+    def _check(self) -> None:
+        if self._running is not None:
+            running, self._running = self._running, None
+            running.result()  # a failed consolidation surfaces (nothing is lost: it retries)
+
+    def finish(self) -> None:
+        try:
+            self._check()
+        finally:
+            self._pool.shutdown(wait=True)
+        consolidate(self.layout, self.run_id)
+
+
 @dataclass
 class RunSummary:
     run_id: str
@@ -162,6 +197,7 @@ def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
     try:
         if pending:
             executor = _executor(spec, run_id)
+            background = BackgroundConsolidation(layout, run_id, CONSOLIDATE_EVERY)
             try:
                 for event in executor.run(pending):
                     if event.kind == "done":
@@ -172,8 +208,7 @@ def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
                         committed[event.shard_id] = result
                         errors.pop(event.shard_id, None)
                         done_now += 1
-                        if done_now % CONSOLIDATE_EVERY == 0:
-                            consolidate(layout, run_id, min_new=CONSOLIDATE_EVERY)
+                        background.committed()
                         tokens_now += int(result["tokens"])
                         progress.update(int(result["docs"]), int(result["tokens"]))
                     elif event.kind == "failed":
@@ -183,7 +218,7 @@ def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
                         )
             finally:
                 executor.close()
-            consolidate(layout, run_id)
+            background.finish()
     finally:
         progress.close()
         seconds = time.time() - started
