@@ -36,11 +36,12 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
+
+from common import source_state  # noqa: E402
 
 pa.set_cpu_count(1)
 pa.set_io_thread_count(1)
@@ -61,29 +62,6 @@ MODES: dict[str, tuple[str, float, str]] = {
     "full16": ("full", 0.01, "float16"),
 }
 ORDER = (*MODES, "old")
-
-
-def source_state() -> str:
-    """The commit of the code measured, and whether src/ differs from it (read-only git)."""
-    import subprocess
-
-    repo = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "diff", "--name-only", "HEAD", "--", "src"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + (f" + uncommitted changes to {len(dirty)} src files" if dirty else "")
 
 
 def tokenizer() -> Any:

@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from common import source_state
+
 LAYERS = 12
 SEQ_LEN = 128
 VOCAB = 30522
@@ -75,29 +77,6 @@ QUERIES = ("scan", *STATS_QUERIES, EXACT)
 STATS_GOAL_S = 1.0
 EXACT_GOAL_X = 20.0
 BYTES_PER_ROW_GUESS = 40  # for the disk check before writing (detail + partials); measured
-
-
-def source_state() -> str:
-    """The commit of the code measured, and whether src/ differs from it (read-only git)."""
-    import subprocess
-
-    repo = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "diff", "--name-only", "HEAD", "--", "src"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + (f" + uncommitted changes to {len(dirty)} src files" if dirty else "")
 
 
 def parse_rows(text: str) -> list[int]:

@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from common import source_state
+
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikitext-2" / "test.txt"
 HEADING = r"^\s*=.*=\s*$"
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -57,29 +59,6 @@ CONFIGS: dict[str, tuple[str, float, str]] = {
     "full float32": ("full", 0.01, "float32"),
     "full float16": ("full", 0.01, "float16"),
 }
-
-
-def source_state() -> str:
-    """The commit of the code measured, and whether src/ differs from it (read-only git)."""
-    import subprocess
-
-    repo = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "diff", "--name-only", "HEAD", "--", "src"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + (f" + uncommitted changes to {len(dirty)} src files" if dirty else "")
 
 
 def run_config(root: str, args: argparse.Namespace, config: str) -> dict[str, Any]:
