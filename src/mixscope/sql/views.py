@@ -182,22 +182,9 @@ def _duck_type(t: Any) -> str:
     }[t]
 
 
-# occurrences with the frequency rank of their token: the run's own corpus counts when
-# ``ref`` is NULL, else the imported reference table ``ref`` (keyed by token id, or by token
-# string when the reference has no ids); tokens missing from a reference are left out.
+# occurrences with the frequency rank of their token (the ``ranked`` macro below)
 RANKED_OCCURRENCES = """
-CREATE MACRO ranked_occurrences(ref) AS TABLE
-SELECT o.*, f.rank AS freq_rank
-FROM occurrences o JOIN frequencies f ON f.run_id = o.run_id AND f.token_id = o.token_id
-WHERE ref IS NULL
-UNION ALL
-SELECT o.*, f.rank
-FROM occurrences o JOIN frequencies f ON f.token_id = o.token_id
-WHERE f.reference = ref AND f.token_id IS NOT NULL
-UNION ALL
-SELECT o.*, f.rank
-FROM occurrences o JOIN frequencies f ON f.token = o.token
-WHERE f.reference = ref AND f.token_id IS NULL
+CREATE MACRO ranked_occurrences(ref) AS TABLE SELECT * FROM ranked(occurrences, ref)
 """
 
 # Spearman's rho from counts, for a population and a sub-population at once. ``cells``:
@@ -253,8 +240,10 @@ SELECT grp, n::BIGINT AS n, sxy / sqrt(sxx * syy) AS rho,
 FROM sy JOIN sx USING (grp)
 """
 
-# the same join for any table with run_id, token_id and token (token_stats, token_hist):
-# the frequency rank of each row's token, from the run's counts or a reference table
+# rows of any table with run_id, token_id and token (token_stats, token_hist, occurrences)
+# with the frequency rank of their token: the run's own corpus counts when ``ref`` is NULL,
+# else the imported reference table ``ref`` (keyed by token id, or by token string when the
+# reference has no ids); tokens missing from a reference are left out.
 RANKED = """
 CREATE MACRO ranked(t, ref) AS TABLE
 SELECT x.*, f.rank AS freq_rank
@@ -377,8 +366,8 @@ def connect(
         "CREATE VIEW frequencies AS SELECT *, rank() OVER (PARTITION BY run_id, reference "
         f"ORDER BY count DESC) AS rank FROM ({' UNION ALL '.join(parts)})"
     )
-    con.execute(RANKED_OCCURRENCES)
     con.execute(RANKED)
+    con.execute(RANKED_OCCURRENCES)
     con.execute(SPEARMAN)
 
     con.execute(f"CREATE TABLE runs ({RUN_COLUMNS})")
