@@ -73,7 +73,8 @@ def _measure_columns(stats: dict[str, np.ndarray], rows: int) -> dict[str, np.nd
     return out
 
 
-_REDUCE = {"sum": np.add, "sumsq": np.add, "min": np.minimum, "max": np.maximum}
+#: how a value merges: its operation's ufunc (``reduceat`` within a table, elementwise across)
+UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
 
 class Keyed:
@@ -97,13 +98,8 @@ class Keyed:
         found[found] = self.keys[pos[found]] == keys[found]
         old, new = pos[found], ~found
         for name, op in self.ops.items():
-            acc, v = self.values[name], values[name]
-            if op == "sum":
-                acc[old] += v[found]
-            elif op == "min":
-                acc[old] = np.minimum(acc[old], v[found])
-            else:
-                acc[old] = np.maximum(acc[old], v[found])
+            acc = self.values[name]
+            acc[old] = UFUNCS[op](acc[old], values[name][found])
         if new.any():
             at = pos[new]
             self.keys = np.insert(self.keys, at, keys[new])
@@ -247,7 +243,7 @@ class ShardStatistics:
         }
         # layer_stats: the token groups grouped again by (category, pair segment)
         order, starts, k2 = _grouped(category * 16 + token_type)
-        m2 = {k: _REDUCE[k].reduceat(v[order], starts, axis=0) for k, v in moments.items()}
+        m2 = {k: UFUNCS[_MOMENTS[k]].reduceat(v[order], starts, axis=0) for k, v in moments.items()}
         g2 = len(k2)
         out[LAYER_STATS.name] = _table(
             LAYER_STATS,
@@ -337,11 +333,8 @@ def merge(kind: StatsKind, tables: list[pa.Table]) -> pa.Table:
             arrays.append(whole[name].take(first))
         else:
             values = whole[name].to_numpy()[order]
-            arrays.append(pa.array(_REDUCE_OP[ops[name]].reduceat(values, starts), field.type))
+            arrays.append(pa.array(UFUNCS[ops[name]].reduceat(values, starts), field.type))
     return pa.Table.from_arrays(arrays, schema=whole.schema)
-
-
-_REDUCE_OP = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
 
 def _key_order(keys: np.ndarray) -> np.ndarray:
