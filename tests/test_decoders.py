@@ -17,8 +17,8 @@ import torch
 
 import mixscope
 import reference_decoder as RD
-from mixscope.api import _run_batches
 from mixscope.errors import MixscopeError
+from mixscope.mixing.batches import run_batches
 from mixscope.mixing.engine import MixingEngine
 from mixscope.models.adapters import adapter_for_config
 from mixscope.models.loading import load
@@ -375,12 +375,12 @@ def test_out_of_memory_halves_the_batch(tiny):
     model, tok = tiny("llama-gqa2", torch.float32)
     loaded = load((model, tok))
     seqs = encode_documents(tok, TEXTS * 2, max_length=64)
-    plain = _run_batches(MixingEngine(loaded), seqs, 8, pairs=False)
+    plain = run_batches(MixingEngine(loaded), seqs, 8, pairs=False)
 
     engine = MixingEngine(loaded)
     width = max(len(s) for s in seqs)
     engine.run = fake = _OOMOnce(engine, budget=2 * width)  # fits 2 of the longest
-    got = _run_batches(engine, seqs, 8, pairs=False)
+    got = run_batches(engine, seqs, 8, pairs=False)
     assert [b for b, _ in fake.calls[:3]] == [8, 4, 2]  # halved twice, then it fits
     assert engine.oom_token_limit is not None and engine.oom_token_limit <= 4 * width
     for (a, _), (b, _) in zip(plain, got, strict=True):
@@ -389,7 +389,7 @@ def test_out_of_memory_halves_the_batch(tiny):
     engine = MixingEngine(loaded)
     engine.run = _OOMOnce(engine, budget=1)
     with pytest.raises(MixscopeError, match="single sequence"):
-        _run_batches(engine, seqs, 4, pairs=False)
+        run_batches(engine, seqs, 4, pairs=False)
 
 
 # ---------------------------------------------------------------- bf16 weights

@@ -5,7 +5,6 @@ Used by notebooks, tests, the CLI and (later) the shard worker; everything else 
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,16 +12,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 
-from mixscope.corpus.encode import (
-    EncodedSequence,
-    encode_documents,
-    pad_batch,
-    pad_offsets,
-    validate_documents,
-)
+from mixscope.corpus.encode import EncodedSequence, encode_documents, validate_documents
 from mixscope.errors import MixscopeError
+from mixscope.mixing.batches import BATCH_TOKENS, run_batches
 from mixscope.mixing.engine import MixingEngine
 from mixscope.mixing.pairs import PAIR_MEASURES
 from mixscope.models.loading import LoadedModel, load
@@ -77,80 +70,6 @@ def _prepare(
     return loaded, seqs
 
 
-def _fit_batch(size: int, width: int, token_limit: int | None) -> int:
-    """Halve ``size`` until ``size · width`` is below a token count that ran out of memory."""
-    while token_limit is not None and size > 1 and size * width >= token_limit:
-        size //= 2
-    return size
-
-
-def _release_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def _run_batches(
-    engine: MixingEngine,
-    seqs: list[EncodedSequence],
-    batch_size: int,
-    *,
-    pairs: bool,
-    padding_side: str | None = None,
-) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """Engine outputs per sequence, in ``seqs`` order: ([layer, measure, seq], pairs).
-
-    Sequences run longest first in batches of at most ``batch_size``, padded on
-    ``padding_side`` (default: the tokenizer's). On an accelerator out-of-memory error the
-    batch is halved and retried; the token count (batch · width) that failed is remembered
-    on the engine (``engine.oom_token_limit``), so later and shorter batches stay under it
-    and grow back to ``batch_size`` when short enough. A single sequence that does not fit
-    raises a :class:`MixscopeError`.
-    """
-    pad_id = engine.loaded.pad_token_id
-    side = padding_side or engine.loaded.padding_side
-    pad_offsets([1], side)  # validates the side before any work
-    results: list[Any] = [None] * len(seqs)
-    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))  # longest first
-    start = 0
-    while start < len(order):
-        width = len(seqs[order[start]])
-        size = _fit_batch(batch_size, width, engine.oom_token_limit)
-        batch = order[start : start + size]
-        members = [seqs[i] for i in batch]
-        ids, mask, types = pad_batch(members, pad_id, padding_side=side)
-        try:
-            out = engine.run(
-                torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types), pairs=pairs
-            )
-        except torch.cuda.OutOfMemoryError as exc:
-            if len(batch) == 1:
-                raise MixscopeError(
-                    f"out of device memory on a single sequence of {width} tokens; use a smaller "
-                    "max_length, a lower-precision dtype (bfloat16) or a larger device"
-                ) from exc
-            tokens = len(batch) * width
-            engine.oom_token_limit = min(tokens, engine.oom_token_limit or tokens)
-            log.warning(
-                "out of device memory at batch %d × %d tokens; retrying with batch %d",
-                len(batch),
-                width,
-                max(1, len(batch) // 2),
-            )
-            out = None
-        if out is None:  # outside the except block, so the failed tensors can be freed
-            _release_memory()
-            continue
-        measures = out.measures.numpy()  # [batch, layer, measure, seq]
-        offsets = pad_offsets([len(s) for s in members], side)
-        for b, (i, off) in enumerate(zip(batch, offsets, strict=True)):
-            span = slice(off, off + len(seqs[i]))
-            pair = out.pairs[b, :, :, span, span].numpy() if out.pairs is not None else None
-            results[i] = (measures[b, :, :, span], pair)
-        start += len(batch)
-    return results
-
-
 def to_table(
     seqs: Sequence[EncodedSequence],
     measures: Sequence[np.ndarray],
@@ -199,18 +118,24 @@ def analyze(
     seed: int = 0,
     verify: bool = False,
     padding_side: str | None = None,
+    attention: str = "auto",
+    batch_tokens: int | None = BATCH_TOKENS,
 ) -> pa.Table:
     """Context-mixing measures of every token and layer of ``texts``.
 
     ``model``: a local directory, a hub id, or a ``(model, tokenizer)`` pair of loaded
-    transformers objects (any attention implementation; eager is used for the run).
+    transformers objects (any attention implementation; the run chooses its own).
     ``texts``: strings or ``(text, text_pair)`` tuples. Returns one row per
     (doc_id, segment, position, layer) in :data:`mixscope.store.schema.TOKENS_SCHEMA`;
     padding never appears. ``verify`` checks the exactness identity on every block of
     every batch and raises :class:`~mixscope.errors.ExactnessError` if it fails.
     ``padding_side`` ("left" or "right"; default: the tokenizer's) changes nothing in the
-    numbers, only how batches are laid out. On CUDA out-of-memory the batch is halved and
-    retried (see :func:`_run_batches`).
+    numbers, only how batches are laid out. ``attention`` ("auto", "fast", "eager"): "fast"
+    reads each token's own weight from a fused kernel's log-sum-exp (O(seq) memory per head);
+    "eager" materialises the [seq, seq] weights; "auto" is fast except where the full
+    weights are read (``verify``). Batches hold at most ``batch_size`` sequences and
+    ``batch_tokens`` tokens; on CUDA out-of-memory a batch is halved and retried (see
+    :func:`mixscope.mixing.batches.run_batches`).
     """
     loaded, seqs = _prepare(
         model,
@@ -223,8 +148,10 @@ def analyze(
         mask_rate=mask_rate,
         seed=seed,
     )
-    engine = MixingEngine(loaded, verify=verify)
-    results = _run_batches(engine, seqs, batch_size, pairs=False, padding_side=padding_side)
+    engine = MixingEngine(loaded, verify=verify, attention=attention)
+    results = run_batches(
+        engine, seqs, batch_size, batch_tokens=batch_tokens, padding_side=padding_side
+    )
     return to_table(seqs, [m for m, _ in results], loaded.tokenizer)
 
 
@@ -258,8 +185,8 @@ def contribution_maps(
         mask_rate=mask_rate,
         seed=seed,
     )
-    engine = MixingEngine(loaded)
-    results = _run_batches(engine, seqs, batch_size, pairs=True, padding_side=padding_side)
+    engine = MixingEngine(loaded, attention="eager")  # the maps read the full weights
+    results = run_batches(engine, seqs, batch_size, pairs=True, padding_side=padding_side)
     maps = []
     for s, (_, pair) in zip(seqs, results, strict=True):
         assert pair is not None

@@ -191,6 +191,14 @@ def _write_table(table: Any, output: str) -> None:
 )
 @click.option("--verify", is_flag=True, help="Check the exactness identity on every block.")
 @click.option(
+    "--attention",
+    type=click.Choice(["auto", "fast", "eager"]),
+    default="auto",
+    show_default=True,
+    help="fast: α_ii from a fused kernel, O(n) memory; eager: full weights; auto: fast "
+    "unless --verify.",
+)
+@click.option(
     "--padding-side",
     type=click.Choice(["left", "right"]),
     default=None,
@@ -212,6 +220,7 @@ def analyze(
     mask_rate: float,
     seed: int,
     verify: bool,
+    attention: str,
     padding_side: str | None,
 ) -> None:
     """Quick look at a few TEXTS: mean of the five measures per layer.
@@ -249,6 +258,7 @@ def analyze(
         seed=seed,
         verify=verify,
         padding_side=padding_side,
+        attention=attention,
     )
     if output:
         _write_table(table, output)

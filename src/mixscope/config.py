@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mixscope.errors import MixscopeError
+from mixscope.mixing import ATTENTION_MODES
 from mixscope.models.packaged import DEFAULT_MODEL
 from mixscope.store.schema import DETAIL_MODES, PRECISIONS
 
@@ -42,6 +43,9 @@ class AnalysisSpec:
     seed: int = 0
     dtype: str = "float32"
     revision: str | None = None
+    # auto | fast | eager: how α_ii is obtained (mixing/__init__.py). Not in the run identity:
+    # fast and eager agree to float rounding (≤ 1e-5 in float32, tested), like batch sizes.
+    attention: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,8 @@ class RuntimeSpec:
     """How the work is executed (not part of the run identity)."""
 
     workers: int = 1
-    batch_size: int = 16
+    batch_size: int = 16  # sequences per batch, at most
+    batch_tokens: int = 16384  # tokens per batch (padding included), at most
     docs_per_shard: int = 256
     address: str | None = None  # None: RAY_ADDRESS, else an embedded local Ray
     gpus_per_worker: float = 1.0  # used only where the cluster has GPUs
@@ -114,6 +119,8 @@ ALIASES = {
     "corpus": "corpus.paths",
     "workers": "runtime.workers",
     "batch_size": "runtime.batch_size",
+    "batch_tokens": "runtime.batch_tokens",
+    "attention": "analysis.attention",
     "max_length": "analysis.max_length",
     "mask_rate": "analysis.mask_rate",
     "seed": "analysis.seed",
@@ -291,7 +298,16 @@ def validate(spec: JobSpec) -> None:
             "analysis.dtype: float32|float64|bfloat16|float16",
         ),
         (r.workers >= 1, "runtime.workers: at least 1"),
+        (
+            a.attention in ATTENTION_MODES,
+            "analysis.attention: " + "|".join(ATTENTION_MODES),
+        ),
         (r.batch_size >= 1, "runtime.batch_size: at least 1"),
+        (r.batch_tokens >= 1, "runtime.batch_tokens: at least 1"),
+        (
+            not (a.attention == "fast" and r.verify),
+            "analysis.attention: 'fast' cannot run the exactness check (runtime.verify)",
+        ),
         (r.docs_per_shard >= 1, "runtime.docs_per_shard: at least 1"),
         (r.gpus_per_worker >= 0, "runtime.gpus_per_worker: not negative"),
         (r.cpus_per_worker > 0, "runtime.cpus_per_worker: positive"),

@@ -36,14 +36,22 @@ class BlockTensors:
 
     x: torch.Tensor  # [batch, seq, hidden]                 block input = the residual
     values: torch.Tensor  # [batch, seq, kv_heads * head_dim]  x W_V + b_V (b_V inside f)
-    alpha: torch.Tensor  # [batch, heads, seq, seq]            attention weights, rows = queries
-    #                      (may stay in the model's dtype when only its diagonal is read)
+    alpha_self: torch.Tensor  # [batch, heads, seq]            α_ii, each token's own weight
     attn_out: torch.Tensor  # [batch, seq, hidden]             Σ_j a_ij + b_O (output projection)
     z: torch.Tensor  # [batch, seq, hidden]                 the real input of the norm
     y: torch.Tensor  # [batch, seq, hidden]                 the real output of the norm
     # A term of z that belongs to the token itself besides x_i (parallel residual: the MLP
     # output m_i, so z_i = Σ_j a_ij + b_O + x_i + m_i); None when z = x + attention output.
     extra: torch.Tensor | None = None  # [batch, seq, hidden]
+    # The full attention weights (eager path only: per-pair maps and the exactness check read
+    # them whole); None on the fast path, which never builds a [seq, seq] tensor.
+    alpha: torch.Tensor | None = None  # [batch, heads, seq, seq]  rows = queries
+
+    def full_alpha(self) -> torch.Tensor:
+        """The full weights [batch, heads, seq, seq]; only the eager path captures them."""
+        if self.alpha is None:
+            raise ValueError("the full attention weights need the eager attention path")
+        return self.alpha
 
     def own_residual(self) -> torch.Tensor:
         """What the token adds to z besides attention: x_i (+ m_i). [batch, seq, hidden]."""

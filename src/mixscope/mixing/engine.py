@@ -4,6 +4,11 @@ Forward hooks (module paths from the adapter) capture the block's input, values,
 weights, output projection and norm; when the norm fires, the block's measures are computed
 and every large tensor is dropped, so memory stays at what the forward pass itself needs
 plus O(batch · seq) per layer.
+
+The attention weights come from one of two implementations (``attention``): the fast one
+(fast_attention.py, a fused kernel whose module output carries only α_ii [batch, heads,
+seq], so memory is O(seq)) or eager (the full [batch, heads, seq, seq] weights, which the
+per-pair maps and the exactness check read whole).
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from typing import Any
 import torch
 
 from mixscope.errors import MixscopeError
+from mixscope.mixing import ATTENTION_MODES
 from mixscope.mixing.block import BlockParams, BlockTensors, select_values
 from mixscope.mixing.exactness import check_exactness
+from mixscope.mixing.fast_attention import FAST_ATTENTION, register
 from mixscope.mixing.pairs import pair_norms
 from mixscope.mixing.ratios import token_measures
 from mixscope.models.loading import LoadedModel
@@ -36,13 +43,13 @@ def _stat_dtype(model_dtype: torch.dtype) -> torch.dtype:
 
 
 @contextlib.contextmanager
-def eager_attention(model: Any) -> Iterator[None]:
-    """Temporarily switch a model to the eager attention path (it returns the weights)."""
+def attention_implementation(model: Any, name: str) -> Iterator[None]:
+    """Temporarily switch a model's attention implementation ("eager" or the fast one)."""
     current = getattr(model.config, "_attn_implementation", "eager")
-    if current == "eager":
+    if current == name:
         yield
         return
-    model.set_attn_implementation("eager")
+    model.set_attn_implementation(name)
     try:
         yield
     finally:
@@ -52,10 +59,24 @@ def eager_attention(model: Any) -> Iterator[None]:
 class MixingEngine:
     """Decomposes every block of one loaded model; a plain class (no Ray), reused per batch."""
 
-    def __init__(self, loaded: LoadedModel, *, verify: bool = False) -> None:
+    def __init__(
+        self, loaded: LoadedModel, *, verify: bool = False, attention: str = "auto"
+    ) -> None:
+        if attention not in ATTENTION_MODES:
+            raise MixscopeError(
+                f"attention must be one of {', '.join(ATTENTION_MODES)}, got {attention!r}"
+            )
+        if attention == "fast" and verify:
+            raise MixscopeError(
+                "the exactness check reads the full attention weights: use attention "
+                "'auto' or 'eager' with verify"
+            )
         self.loaded = loaded
         self.verify = verify
-        # batch · width (tokens) that last ran out of device memory; api._run_batches keeps
+        self.attention = attention
+        if attention != "eager":
+            register()
+        # batch · width (tokens) that last ran out of device memory; run_batches keeps
         # later batches below it
         self.oom_token_limit: int | None = None
         model = loaded.model
@@ -127,6 +148,14 @@ class MixingEngine:
             seen = valid.long().sum(-1, keepdim=True).expand_as(valid)
         return valid & (seen == 1)
 
+    def implementation(self, pairs: bool) -> str:
+        """The attention implementation one batch runs with: eager where α is read whole."""
+        if self.attention == "fast" and pairs:
+            raise MixscopeError("per-pair maps read the full attention weights: not with 'fast'")
+        if self.attention == "eager" or pairs or self.verify:
+            return "eager"
+        return FAST_ATTENTION
+
     @torch.inference_mode()
     def run(
         self,
@@ -137,6 +166,7 @@ class MixingEngine:
         pairs: bool = False,
     ) -> EngineOutput:
         """One forward pass; the measures of every block for every position."""
+        implementation = self.implementation(pairs)
         model = self.loaded.model
         a = self.loaded.adapter
         device = next(model.parameters()).device
@@ -164,9 +194,10 @@ class MixingEngine:
                 weights = out[1] if isinstance(out, tuple | list) and len(out) > 1 else None
                 if weights is None:
                     raise MixscopeError(
-                        "the attention module returned no attention weights; "
-                        "mixscope needs the eager attention path"
+                        "the attention module returned no attention weights; this model's "
+                        "attention does not go through transformers' attention interface"
                     )
+                # fast path: α_ii [batch, heads, seq]; eager: α [batch, heads, seq, seq]
                 store["alpha"] = weights
                 if padded:
                     # A query row with every key masked (left padding) can come out NaN (a
@@ -186,11 +217,13 @@ class MixingEngine:
                 x = store.pop("x").to(sd)
                 extra = store.pop("extra", None)
                 alpha = store.pop("alpha")
+                full = alpha.dim() == 4
                 t = BlockTensors(
                     x=x,
                     values=store.pop("values").to(sd),
+                    alpha_self=torch.diagonal(alpha, dim1=-2, dim2=-1) if full else alpha,
                     # the full α in statistics dtype only where it is read whole
-                    alpha=alpha.to(sd) if pairs or self.verify else alpha,
+                    alpha=alpha.to(sd) if full and (pairs or self.verify) else None,
                     attn_out=store.pop("attn_out").to(sd),
                     z=inp[0].reshape(x.shape).to(sd),  # OPT normalizes a [batch·seq, hidden] view
                     y=out.reshape(x.shape).to(sd),
@@ -227,7 +260,7 @@ class MixingEngine:
         was_training = model.training
         model.eval()
         try:
-            with eager_attention(model):
+            with attention_implementation(model, implementation):
                 model(**inputs)
         finally:
             for h in handles:

@@ -31,7 +31,7 @@ TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-4, torch.bfloat16: 0.15, tor
 def _attention_sum(t: BlockTensors, p: BlockParams) -> torch.Tensor:
     """Σ_j a_ij rebuilt from α and the per-head vectors: [batch, seq, hidden]."""
     f = per_head_transformed(t, p)  # [batch, heads, seq, hidden]
-    return torch.einsum("bhij,bhjd->bid", t.alpha, f)
+    return torch.einsum("bhij,bhjd->bid", t.full_alpha(), f)
 
 
 def rebuilt_norm_input(t: BlockTensors, p: BlockParams) -> torch.Tensor:

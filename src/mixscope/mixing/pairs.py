@@ -38,10 +38,10 @@ def pair_norms(t: BlockTensors, p: BlockParams, causal: bool = False) -> torch.T
     ``causal``: the entries j > i (sources a causal query cannot see) are set to exactly 0.
     """
     f = per_head_transformed(t, p)  # [batch, heads, seq, hidden]
-    attn = _gram_norms(t.alpha, f)  # [batch, seq, seq]
+    attn = _gram_norms(t.full_alpha(), f)  # [batch, seq, seq]
     u = p.gamma * centre(f, p.norm_kind)  # [batch, heads, seq, hidden]
     s = norm_scale(t.z, p)  # [batch, seq, 1]
-    ln = _gram_norms(t.alpha, u) / s  # [batch, seq, seq]
+    ln = _gram_norms(t.full_alpha(), u) / s  # [batch, seq, seq]
 
     a_self = self_attention_vector(t, p)  # [batch, seq, hidden]
     res_diag = torch.linalg.vector_norm(a_self + t.x, dim=-1)  # ‖a_ii + x_i‖  [batch, seq]

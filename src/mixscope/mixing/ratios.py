@@ -2,7 +2,8 @@
 
 The context part needs only sums the model already computes: ``Σ_j a_ij`` is the output
 projection minus ``b_O``; the self part ``a_ii = Σ_h α^h_ii f^h(x_i)`` needs the diagonal
-of α and the token's own values. Cost: one extra ``[hidden, hidden]`` projection per block.
+of α (from the eager weights, or from a fused kernel's log-sum-exp: fast_attention.py)
+and the token's own values. Cost: one extra ``[hidden, hidden]`` projection per block.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ MEASURE_ORDER = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
 def self_attention_vector(t: BlockTensors, p: BlockParams) -> torch.Tensor:
     """a_ii = Σ_h α^h_ii f^h(x_i): [batch, seq, hidden]."""
-    # only the diagonal is read: α may stay in the model's dtype (no [.., seq, seq] copy)
-    alpha_self = torch.diagonal(t.alpha, dim1=-2, dim2=-1).to(t.values.dtype)  # [b, heads, seq]
+    alpha_self = t.alpha_self.to(t.values.dtype)  # [batch, heads, seq]
     v = head_values(t.values, p)  # [batch, seq, heads, head_dim]
     weighted = v * alpha_self.transpose(1, 2).unsqueeze(-1)  # [batch, seq, heads, head_dim]
     batch, seq = weighted.shape[:2]
@@ -52,7 +52,7 @@ def token_measures(
     ln_context = p.gamma * centre(a_context, p.norm_kind)
     ln_self = p.gamma * centre(ln_r_self, p.norm_kind)
 
-    alpha_self = torch.diagonal(t.alpha, dim1=-2, dim2=-1).to(t.values.dtype)
+    alpha_self = t.alpha_self.to(t.values.dtype)  # [batch, heads, seq]
     attn_w = 1.0 - alpha_self.mean(dim=1)  # [batch, seq]
     out = torch.stack(
         [

@@ -13,10 +13,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from mixscope.api import _run_batches
 from mixscope.config import JobSpec, build_spec
 from mixscope.corpus.encode import EncodedSequence, encode_documents
 from mixscope.corpus.plan import Document, Shard, read_shard
+from mixscope.mixing.batches import run_batches
 from mixscope.mixing.engine import MixingEngine
 from mixscope.models.loading import load
 from mixscope.runtime import faults
@@ -42,7 +42,7 @@ class ShardWorker:
 
             torch.set_num_threads(max(1, int(r.cpus_per_worker)))
         self.device = str(device)
-        self.engine = MixingEngine(self.loaded, verify=r.verify)
+        self.engine = MixingEngine(self.loaded, verify=r.verify, attention=a.attention)
         self.max_length = self.loaded.resolve_max_length(self.spec.analysis.max_length)
         self.layout = Layout.open(self.spec.out)
         self.vocab = Vocabulary(self.loaded.tokenizer)
@@ -87,7 +87,12 @@ class ShardWorker:
             encoded = pending.result()
             if k + 1 < len(chunks):
                 pending = self._prefetch.submit(self._encode, chunks[k + 1])
-            out = _run_batches(self.engine, encoded, self.spec.runtime.batch_size, pairs=False)
+            out = run_batches(
+                self.engine,
+                encoded,
+                self.spec.runtime.batch_size,
+                batch_tokens=self.spec.runtime.batch_tokens,
+            )
             results.add(encoded, [m for m, _ in out])
             sequences += len(encoded)
             if k == 0:

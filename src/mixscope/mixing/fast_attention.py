@@ -1,0 +1,207 @@
+"""The "mixscope" attention implementation: a fast kernel's output plus each token's own weight.
+
+The per-token measures need, per head, only the attention output (what every fused kernel
+returns) and the diagonal α_ii of the attention weights. The fused kernels also return the
+log-sum-exp of each query row, ``LSE_i = log Σ_j exp(s_ij + m_ij)``, so
+
+    α_ii = exp(s_ii + m_ii − LSE_i),   s_ii = scale · q_i · k_i
+
+costs O(seq · head_dim) per head and no [seq, seq] tensor is ever kept. Registered with
+transformers' ``AttentionInterface`` (and its mask interface, with SDPA's masks), the one
+function serves every family that routes attention through ``ALL_ATTENTION_FUNCTIONS``:
+it returns ``(output [batch, seq, heads, head_dim], α_ii [batch, heads, seq])`` where the
+eager path returns the full weights, and the engine's hook reads either.
+
+Kernels, by device: CPU ``_scaled_dot_product_flash_attention_for_cpu`` (masks, every
+float dtype); CUDA ``_scaled_dot_product_flash_attention`` (no mask, half precision) or
+``_scaled_dot_product_efficient_attention`` (additive masks). Anywhere else, or where a
+kernel refuses its input, SDPA gives the output and a log-sum-exp over query chunks gives
+LSE (O(chunk · seq) memory per head, one extra q·k product).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from mixscope.errors import MixscopeError
+
+log = logging.getLogger("mixscope")
+
+#: the name under which the implementation is registered (``config._attn_implementation``)
+FAST_ATTENTION = "mixscope"
+
+#: query rows per chunk of the fallback log-sum-exp, as a budget of score elements
+CHUNK_SCORES = 1 << 24
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message)
+
+
+def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """A boolean keep-mask (True = attend) as an additive one (0 / −inf) in ``dtype``."""
+    if mask is None or mask.dtype != torch.bool:
+        return None if mask is None else mask.to(dtype)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+        ~mask, float("-inf")
+    )
+
+
+def chunked_logsumexp(
+    query: torch.Tensor,  # [batch, heads, seq, head_dim]
+    key: torch.Tensor,  # [batch, heads, seq, head_dim]
+    mask: torch.Tensor | None,  # [batch | 1, 1 | heads, seq, seq] additive, or None
+    scale: float,
+    is_causal: bool,
+) -> torch.Tensor:
+    """LSE_i over keys, in float32 (float64 for float64 inputs), query chunk by chunk: [b, h, q].
+
+    Fully masked rows come out 0, as the CPU kernel gives them (their α is 0 either way).
+    """
+    batch, heads, seq, _ = query.shape
+    work = torch.float64 if query.dtype == torch.float64 else torch.float32
+    chunk = max(1, CHUNK_SCORES // max(1, batch * heads * key.shape[2]))
+    out = torch.empty(batch, heads, seq, dtype=work, device=query.device)
+    keys = key.to(work).transpose(-1, -2)  # [batch, heads, head_dim, k]
+    for start in range(0, seq, chunk):
+        stop = min(seq, start + chunk)
+        scores = query[:, :, start:stop].to(work) @ keys * scale  # [batch, heads, chunk, k]
+        if mask is not None:
+            scores = scores + mask[..., start:stop, :].to(work)
+        if is_causal:
+            rows = torch.arange(start, stop, device=query.device)[:, None]
+            cols = torch.arange(key.shape[2], device=query.device)[None, :]
+            scores = scores.masked_fill(cols > rows, float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)  # [batch, heads, chunk]
+        out[:, :, start:stop] = torch.where(torch.isfinite(lse), lse, 0.0)
+    return out
+
+
+def _cpu_kernel(q, k, v, mask, scale, is_causal):
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    return op(q, k, v, 0.0, is_causal, attn_mask=additive_mask(mask, q.dtype), scale=scale)
+
+
+def _cuda_kernel(q, k, v, mask, scale, is_causal):
+    seq = q.shape[2]
+    if mask is None and q.dtype in (torch.float16, torch.bfloat16):
+        out = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, 0.0, is_causal, False, scale=scale
+        )
+        return out[0], out[1][..., :seq]
+    out = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, additive_mask(mask, q.dtype), True, 0.0, is_causal, scale=scale
+    )
+    return out[0], out[1][..., :seq]
+
+
+def _fallback(q, k, v, mask, scale, is_causal):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, is_causal=is_causal)
+    lse = chunked_logsumexp(q, k, additive_mask(mask, q.dtype), scale, is_causal)
+    return out, lse
+
+
+KERNELS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
+    "cpu": _cpu_kernel,
+    "cuda": _cuda_kernel,
+}
+
+
+def attention_with_lse(
+    query: torch.Tensor,  # [batch, heads, seq, head_dim]
+    key: torch.Tensor,  # [batch, heads, seq, head_dim]  (key/value heads already repeated)
+    value: torch.Tensor,  # [batch, heads, seq, head_dim]
+    mask: torch.Tensor | None,  # bool keep-mask or additive, broadcastable to [b, h, q, k]
+    scale: float,
+    is_causal: bool,
+    *,
+    kernel: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention output [batch, heads, seq, head_dim] and each row's LSE [batch, heads, seq].
+
+    ``kernel`` forces "cpu", "cuda" or "fallback" (tests); by default the device's kernel,
+    and the fallback, with one warning, where that kernel refuses the input.
+    """
+    name = kernel or query.device.type
+    fn = KERNELS.get(name)
+    if fn is not None:
+        try:
+            out, lse = fn(query, key, value, mask, scale, is_causal)
+            return out, lse
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            if kernel is not None:
+                raise
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            _warn_once(name, f"fast attention: {name} kernel unavailable ({first}); fallback")
+    return _fallback(query, key, value, mask, scale, is_causal)
+
+
+def self_weights(
+    query: torch.Tensor,  # [batch, heads, seq, head_dim]
+    key: torch.Tensor,  # [batch, heads, seq, head_dim]
+    mask: torch.Tensor | None,  # bool keep-mask or additive, [batch | 1, 1 | heads, seq, seq]
+    lse: torch.Tensor,  # [batch, heads, seq]
+    scale: float,
+) -> torch.Tensor:
+    """α_ii = exp(s_ii + m_ii − LSE_i): [batch, heads, seq] (float32; float64 for float64)."""
+    work = lse.dtype if lse.dtype == torch.float64 else torch.float32
+    s_self = (query.to(work) * key.to(work)).sum(-1) * scale  # [batch, heads, seq]
+    if mask is not None:
+        diag = torch.diagonal(mask, dim1=-2, dim2=-1)  # [batch | 1, 1 | heads, seq]
+        if diag.dtype == torch.bool:
+            s_self = s_self.masked_fill(~diag, float("-inf"))
+        else:
+            s_self = s_self + diag.to(work)
+    return torch.exp(s_self - lse.to(work))
+
+
+def mixscope_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [batch, heads, seq, head_dim]
+    key: torch.Tensor,  # [batch, kv_heads, seq, head_dim]
+    value: torch.Tensor,  # [batch, kv_heads, seq, head_dim]
+    attention_mask: torch.Tensor | None,  # from SDPA's mask function: bool [b, 1, q, k] or None
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """An ``AttentionInterface`` function: (output [batch, seq, heads, head_dim], α_ii).
+
+    Same masking rules as transformers' SDPA forward; inference only (dropout must be 0).
+    """
+    if dropout:
+        raise MixscopeError("fast attention runs inference only: attention dropout must be 0")
+    if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
+        raise MixscopeError("fast attention: soft-capping and position biases are unsupported")
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if heads != kv_heads:  # grouped-query attention: kv head g serves heads g·r … g·r + r − 1
+        key = key.repeat_interleave(heads // kv_heads, dim=1)
+        value = value.repeat_interleave(heads // kv_heads, dim=1)
+    if query.shape[2] != key.shape[2]:
+        raise MixscopeError("fast attention analyses whole sequences (no key/value cache)")
+    scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(causal) and attention_mask is None and query.shape[2] > 1
+    out, lse = attention_with_lse(query, key, value, attention_mask, scale, causal)
+    alpha_self = self_weights(query, key, attention_mask, lse, scale)  # [batch, heads, seq]
+    return out.transpose(1, 2).contiguous(), alpha_self
+
+
+def register() -> None:
+    """Register the implementation and SDPA's mask function under :data:`FAST_ATTENTION`."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    AttentionInterface.register(FAST_ATTENTION, mixscope_attention_forward)
+    AttentionMaskInterface.register(FAST_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
