@@ -24,7 +24,7 @@ from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
 from mixscope.mixing.block import BlockParams, BlockTensors, select_values
 from mixscope.mixing.exactness import check_exactness
-from mixscope.mixing.fast_attention import FAST_ATTENTION, register
+from mixscope.mixing.fast_attention import FAST_ATTENTION, register, release_masks
 from mixscope.mixing.pairs import pair_norms
 from mixscope.mixing.ratios import token_measures
 from mixscope.models.loading import LoadedModel
@@ -265,6 +265,7 @@ class MixingEngine:
         finally:
             for h in handles:
                 h.remove()
+            release_masks()
             model.train(was_training)
 
         if any(m is None for m in per_layer):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -48,13 +49,28 @@ def _warn_once(key: str, message: str) -> None:
         log.warning(message)
 
 
+# the last boolean mask converted, and its conversion: every layer of a forward gets the
+# same mask object, so it is converted once per forward, not once per layer
+_converted: list[Any] = [None, None, None]  # [weakref to the bool mask, dtype, additive]
+
+
 def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """A boolean keep-mask (True = attend) as an additive one (0 / −inf) in ``dtype``."""
     if mask is None or mask.dtype != torch.bool:
         return None if mask is None else mask.to(dtype)
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+    ref, cached_dtype, cached = _converted
+    if ref is not None and ref() is mask and cached_dtype == dtype:
+        return cached
+    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
         ~mask, float("-inf")
     )
+    _converted[:] = [weakref.ref(mask), dtype, out]
+    return out
+
+
+def release_masks() -> None:
+    """Drop the cached conversion (the engine calls this after every forward)."""
+    _converted[:] = [None, None, None]
 
 
 def chunked_logsumexp(
@@ -92,15 +108,30 @@ def _cpu_kernel(q, k, v, mask, scale, is_causal):
     return op(q, k, v, 0.0, is_causal, attn_mask=additive_mask(mask, q.dtype), scale=scale)
 
 
+def _aligned_bias(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """An additive bias [batch, heads, q, k] whose rows start 16-element aligned (what the
+    memory-efficient kernel requires; SDPA's own mask preprocessing does the same)."""
+    bias = additive_mask(mask, q.dtype)
+    assert bias is not None
+    keys = bias.shape[-1]
+    if keys % 16:
+        bias = F.pad(bias, (0, 16 - keys % 16))[..., :keys]
+    return bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+
+
 def _cuda_kernel(q, k, v, mask, scale, is_causal):
     seq = q.shape[2]
     if mask is None and q.dtype in (torch.float16, torch.bfloat16):
-        out = torch.ops.aten._scaled_dot_product_flash_attention(
-            q, k, v, 0.0, is_causal, False, scale=scale
-        )
-        return out[0], out[1][..., :seq]
+        try:
+            out = torch.ops.aten._scaled_dot_product_flash_attention(
+                q, k, v, 0.0, is_causal, False, scale=scale
+            )
+            return out[0], out[1][..., :seq]
+        except RuntimeError:  # head size or device the flash kernel does not take
+            pass
+    bias = None if mask is None else _aligned_bias(mask, q, k)
     out = torch.ops.aten._scaled_dot_product_efficient_attention(
-        q, k, v, additive_mask(mask, q.dtype), True, 0.0, is_causal, scale=scale
+        q, k, v, bias, True, 0.0, is_causal, scale=scale
     )
     return out[0], out[1][..., :seq]
 
@@ -162,7 +193,9 @@ def self_weights(
             s_self = s_self.masked_fill(~diag, float("-inf"))
         else:
             s_self = s_self + diag.to(work)
-    return torch.exp(s_self - lse.to(work))
+    lse = lse.to(work)
+    # a fully masked row (a padded query) has no weights: 0, whatever its kernel's LSE says
+    return torch.where(torch.isfinite(lse), torch.exp(s_self - lse), 0.0)
 
 
 def mixscope_attention_forward(
