@@ -91,6 +91,13 @@ def centre(t: torch.Tensor, norm_kind: str) -> torch.Tensor:
     return t - t.mean(dim=-1, keepdim=True)
 
 
+def centre_(t: torch.Tensor, norm_kind: str) -> torch.Tensor:
+    """:func:`centre` in place (``t`` is overwritten and returned)."""
+    if norm_kind == "rms":
+        return t
+    return t.sub_(t.mean(dim=-1, keepdim=True))
+
+
 def norm_scale(z: torch.Tensor, p: BlockParams) -> torch.Tensor:
     """The shared denominator s(z_i) of the real norm: [batch, seq, 1]."""
     if p.norm_kind == "rms":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mixscope.mixing.block import BlockParams, BlockTensors, centre, head_values
+from mixscope.mixing.block import BlockParams, BlockTensors, centre_, head_values
 
 #: order of the measures along the ``measure`` axis of :func:`token_measures`
 MEASURE_ORDER = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
@@ -26,10 +26,9 @@ def self_attention_vector(t: BlockTensors, p: BlockParams) -> torch.Tensor:
     return F.linear(weighted.reshape(batch, seq, -1), p.w_out)  # [batch, seq, hidden]
 
 
-def ratio(context: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
-    """‖context‖ / (‖context‖ + ‖own‖) over ``hidden``; 0 where both are 0 (no context)."""
-    c = torch.linalg.vector_norm(context, dim=-1)  # [batch, seq]
-    o = torch.linalg.vector_norm(own, dim=-1)  # [batch, seq]
+def norm_ratio(c: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+    """‖context‖ / (‖context‖ + ‖own‖) from the two norms [batch, seq]; 0 where both are 0
+    (no context)."""
     total = c + o
     return torch.where(total > 0, c / torch.where(total > 0, total, 1), torch.zeros_like(c))
 
@@ -43,24 +42,29 @@ def token_measures(
     first token of a causal sequence): their five measures are exactly 0 by definition,
     not the float noise ``attn_out − b_O − a_ii`` would leave.
     """
+    norm = lambda v: torch.linalg.vector_norm(v, dim=-1)  # noqa: E731  [batch, seq]
+    # Each [batch, seq, hidden] temporary is reused in place once its norm is taken: on a
+    # CPU these element-wise passes, not the one extra projection, are most of the cost.
     a_self = self_attention_vector(t, p)  # [batch, seq, hidden]
-    a_context = (t.attn_out - p.b_out) - a_self  # Σ_{j≠i} a_ij        [batch, seq, hidden]
-    r_self = a_self + t.x  # a_ii + x_i                                [batch, seq, hidden]
+    a_context = torch.sub(t.attn_out, p.b_out).sub_(a_self)  # Σ_{j≠i} a_ij   [b, seq, hidden]
+    r_self = torch.add(a_self, t.x)  # a_ii + x_i                            [b, seq, hidden]
+    n_context, n_self, n_r_self = norm(a_context), norm(a_self), norm(r_self)
+    del a_self
     # F_i(x_j) = γ ⊙ centre(r_ij + δ_ij m_i) / s(z_i): the shared s(z_i) cancels in the ratio;
     # m_i (parallel residual's MLP output, else absent) belongs to the token itself.
-    ln_r_self = r_self if t.extra is None else r_self + t.extra
-    ln_context = p.gamma * centre(a_context, p.norm_kind)
-    ln_self = p.gamma * centre(ln_r_self, p.norm_kind)
+    ln_r_self = r_self if t.extra is None else r_self.add_(t.extra)
+    n_ln_context = norm(centre_(a_context, p.norm_kind).mul_(p.gamma))
+    n_ln_self = norm(centre_(ln_r_self, p.norm_kind).mul_(p.gamma))
 
     alpha_self = t.alpha_self.to(t.values.dtype)  # [batch, heads, seq]
     attn_w = 1.0 - alpha_self.mean(dim=1)  # [batch, seq]
     out = torch.stack(
         [
             attn_w,
-            ratio(a_context, a_self),
+            norm_ratio(n_context, n_self),
             attn_w / 2,
-            ratio(a_context, r_self),
-            ratio(ln_context, ln_self),
+            norm_ratio(n_context, n_r_self),
+            norm_ratio(n_ln_context, n_ln_self),
         ]
     )
     if no_context is not None:

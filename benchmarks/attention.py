@@ -1,0 +1,320 @@
+"""Fast attention path: analysis time over the plain SDPA forward, and peak memory vs n.
+
+Measured side by side in one run, on the same model, batch and machine:
+
+1. **Time.** For each (model, n, batch): the plain SDPA forward ``model(**inputs)``, the
+   plain eager forward, and ``MixingEngine.run`` with ``attention="fast"`` and ``"eager"``
+   on the same batch (no padding). Printed: fast / SDPA forward (goal <= 1.15x at n = 128,
+   <= 1.10x at n >= 2k), eager analysis / SDPA forward and / eager forward (the old path),
+   and max |fast − eager| over the five measures. Repetitions interleaved, medians of the
+   per-repetition ratios (benchmarks/timing.py).
+2. **Memory.** Peak memory of one batch of n tokens on a small Llama-family config (GQA),
+   n = 512 … 16k: the SDPA forward, the fast analysis and the eager analysis, until eager
+   runs out of memory. CPU: peak RSS increase in a fresh process per configuration, eager
+   under an address-space cap (``--cpu-cap-gib``); CUDA: ``max_memory_allocated``.
+
+Model weights are random (configs, no download) except MiniLM, the real packaged model;
+timing does not depend on the weights.
+
+    python benchmarks/attention.py                    # CPU, ~5 minutes
+    python benchmarks/attention.py --quick            # smoke test
+    python benchmarks/attention.py --device cuda --dtype bfloat16 --gpu   # a lent GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch
+
+from common import source_state
+from timing import MALLOC_ENV, RssSampler, current_rss, interleaved, paired_ratio, synchronizer
+
+#: Llama-family shapes (random weights): GQA, RMSNorm, rotary
+LLAMA = {
+    "small": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=2),
+    "memory": dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2),
+    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+               num_attention_heads=32, num_key_value_heads=8),
+}  # fmt: skip
+
+
+def llama(shape: str, device: torch.device, dtype: torch.dtype, positions: int) -> Any:
+    """A random Llama-family model (base, eager attention) loaded for the engine."""
+    from transformers import AutoModel, LlamaConfig
+
+    from mixscope.models.loading import load
+    from mixscope.models.packaged import DEFAULT_MODEL, packaged_path
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=32000, max_position_embeddings=positions, **LLAMA[shape], rope_theta=1e4
+    )
+    model = AutoModel.from_config(config, attn_implementation="eager", dtype=dtype)
+    loaded = load((model.to(device).eval(), _tokenizer(packaged_path(DEFAULT_MODEL))))
+    return loaded
+
+
+def _tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def minilm(device: torch.device, dtype: torch.dtype) -> Any:
+    from mixscope.models.loading import load
+    from mixscope.models.packaged import DEFAULT_MODEL
+
+    return load(DEFAULT_MODEL, dtype=dtype, device=device)
+
+
+def batch_inputs(loaded: Any, batch: int, n: int, device: torch.device) -> dict[str, Any]:
+    """``batch`` sequences of exactly ``n`` random in-vocabulary tokens, no padding."""
+    gen = torch.Generator().manual_seed(n)
+    vocab = int(loaded.model.config.vocab_size)
+    ids = torch.randint(1000, min(vocab, 30000), (batch, n), generator=gen)
+    return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
+
+
+def forward_fn(loaded: Any, inputs: dict[str, Any], implementation: str):
+    from mixscope.mixing.engine import attention_implementation
+
+    model = loaded.model
+    kwargs = dict(loaded.adapter.forward_kwargs)
+
+    @torch.inference_mode()
+    def run() -> Any:
+        with attention_implementation(model, implementation):
+            return model(**inputs, **kwargs).last_hidden_state
+
+    return run
+
+
+def analysis_fn(loaded: Any, inputs: dict[str, Any], attention: str):
+    from mixscope.mixing.engine import MixingEngine
+
+    engine = MixingEngine(loaded, attention=attention)
+
+    def run() -> Any:
+        return engine.run(inputs["input_ids"], inputs["attention_mask"]).measures
+
+    return run
+
+
+def padded_agreement(loaded: Any, n: int) -> float:
+    """max |fast − eager| over the real tokens of a padded batch (left and right padding):
+    on a GPU this exercises the masked kernels, which an unpadded timing batch does not."""
+    from mixscope.mixing.engine import MixingEngine
+
+    device = next(loaded.model.parameters()).device
+    lengths = [n, n // 2, n // 4 + 1, 3]
+    ids = batch_inputs(loaded, len(lengths), n, device)["input_ids"]
+    worst = 0.0
+    for side in ("right", "left"):
+        mask = torch.zeros_like(ids)
+        for b, length in enumerate(lengths):
+            span = slice(0, length) if side == "right" else slice(n - length, n)
+            mask[b, span] = 1
+        out = {
+            att: MixingEngine(loaded, attention=att).run(ids, mask).measures
+            for att in ("fast", "eager")
+        }  # [batch, layer, measure, seq]
+        real = mask.bool().cpu()[:, None, None, :].expand_as(out["fast"])
+        worst = max(worst, float((out["fast"] - out["eager"]).abs()[real].max()))
+    return worst
+
+
+# --------------------------------------------------------------------------- time
+
+
+def time_case(name: str, loaded: Any, batch: int, n: int, args: argparse.Namespace) -> dict:
+    device = next(loaded.model.parameters()).device
+    inputs = batch_inputs(loaded, batch, n, device)
+    methods = {
+        "sdpa": forward_fn(loaded, inputs, "sdpa"),
+        "eager_forward": forward_fn(loaded, inputs, "eager"),
+        "fast": analysis_fn(loaded, inputs, "fast"),
+        "eager": analysis_fn(loaded, inputs, "eager"),
+    }
+    diff = float((methods["fast"]() - methods["eager"]()).abs().max())  # no padding
+    times = interleaved(methods, args.reps, synchronizer(device), warmup=1)
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    return {
+        "model": name,
+        "n": n,
+        "batch": batch,
+        "sdpa_s": med["sdpa"],
+        "fast_over_sdpa": paired_ratio(times["fast"], times["sdpa"]),
+        "eager_over_sdpa": paired_ratio(times["eager"], times["sdpa"]),
+        "eager_over_eager_forward": paired_ratio(times["eager"], times["eager_forward"]),
+        "max_diff": max(diff, padded_agreement(loaded, min(n, 512))),
+        "goal": 1.15 if n < 2048 else 1.10,
+    }
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def memory_child(spec: str, args: argparse.Namespace) -> None:
+    """One (mode, n) in this fresh process; prints one JSON line."""
+    mode, n = spec.split(":")
+    n = int(n)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    loaded = llama("memory", device, _dtype(args.dtype), max(n, 512))
+    inputs = batch_inputs(loaded, 1, n, device)
+    fn = forward_fn(loaded, inputs, "sdpa") if mode == "sdpa" else analysis_fn(loaded, inputs, mode)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            fn()
+            torch.cuda.synchronize()
+            peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        except torch.cuda.OutOfMemoryError:
+            peak = None
+    else:
+        with open("/proc/self/statm") as fh:
+            virtual = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        cap = virtual + int(args.cpu_cap_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, resource.RLIM_INFINITY))
+        base = current_rss()
+        try:
+            with RssSampler() as sampler:
+                fn()
+            peak = (sampler.peak - base) / 2**20
+        except (RuntimeError, MemoryError):
+            peak = None
+    print(json.dumps({"mode": mode, "n": n, "peak_mib": peak}))
+
+
+def memory_curve(args: argparse.Namespace) -> list[dict]:
+    rows: list[dict] = []
+    eager_alive = True
+    for n in args.memory_n:
+        for mode in ("sdpa", "fast", "eager"):
+            if mode == "eager" and not eager_alive:
+                rows.append({"mode": mode, "n": n, "peak_mib": None, "skipped": True})
+                continue
+            cmd = [sys.executable, __file__, "--memory-child", f"{mode}:{n}",
+                   "--device", args.device, "--dtype", args.dtype, "--threads",
+                   str(args.threads), "--cpu-cap-gib", str(args.cpu_cap_gib)]  # fmt: skip
+            env = {**os.environ, **MALLOC_ENV}
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            row = json.loads(lines[-1]) if lines else {"mode": mode, "n": n, "peak_mib": None}
+            if not lines:  # killed (the OOM killer) or crashed: out of memory too
+                row["error"] = (done.stderr.strip().splitlines() or ["exit"])[-1][:80]
+            rows.append(row)
+            if mode == "eager" and row["peak_mib"] is None:
+                eager_alive = False
+            print(f"  memory {mode:>5} n={n:>6}: {_mib(row['peak_mib'])}", flush=True)
+    return rows
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _mib(v: float | None) -> str:
+    return "out of memory" if v is None else f"{v:,.1f} MiB"
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def report(times: list[dict], memory: list[dict], args: argparse.Namespace) -> None:
+    print(f"\n## Fast attention ({args.device}, {args.dtype}, {platform.processor() or ''}"
+          f"{torch.get_num_threads()} threads; code {source_state()})\n")  # fmt: skip
+    print("| model | n × batch | SDPA forward | fast / SDPA (goal) | eager / SDPA "
+          "| eager / eager forward | max abs(fast − eager), padded too |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for t in times:
+        ok = "met" if t["fast_over_sdpa"] <= t["goal"] else "NOT met"
+        print(
+            f"| {t['model']} | {t['n']:,} × {t['batch']} | {t['sdpa_s'] * 1e3:,.1f} ms "
+            f"| **{t['fast_over_sdpa']:.3f}×** (≤ {t['goal']:.2f}, {ok}) "
+            f"| {t['eager_over_sdpa']:.3f}× | {t['eager_over_eager_forward']:.3f}× "
+            f"| {t['max_diff']:.1e} |"
+        )
+    if not memory:
+        return
+    shape = LLAMA["memory"]
+    print(f"\nPeak memory of one sequence of n tokens, Llama-family config {shape} "
+          f"({'RSS increase' if args.device == 'cpu' else 'max_memory_allocated'}; "
+          f"eager capped at {args.cpu_cap_gib:g} GiB on CPU):\n")  # fmt: skip
+    print("| n | SDPA forward | fast analysis | eager analysis | fast MiB per 1k tokens |")
+    print("|---|---|---|---|---|")
+    by = {(r["mode"], r["n"]): r["peak_mib"] for r in memory}
+    for n in args.memory_n:
+        fast = by.get(("fast", n))
+        per_k = "" if fast is None else f"{fast / (n / 1000):,.2f}"
+        print(f"| {n:,} | {_mib(by.get(('sdpa', n)))} | {_mib(fast)} "
+              f"| {_mib(by.get(('eager', n)))} | {per_k} |")  # fmt: skip
+    ns = [n for n in args.memory_n if by.get(("fast", n))]
+    if len(ns) >= 2:
+        lo, hi = ns[0], ns[-1]
+        growth = by[("fast", hi)] / by[("fast", lo)]
+        print(f"\nfast: ×{growth:.1f} memory for ×{hi / lo:.0f} tokens ({lo:,} → {hi:,}); "
+              f"linear is ×{hi / lo:.0f}, quadratic ×{(hi / lo) ** 2:.0f}")  # fmt: skip
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2)))
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="smoke test: small n, 1 repetition")
+    p.add_argument("--gpu", action="store_true", help="GPU sizes: a 1B-shaped Llama, n to 32k")
+    p.add_argument("--cpu-cap-gib", type=float, default=6.0, help="eager's memory cap (CPU)")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory curve")
+    p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    top = 4096 if args.quick else (32768 if args.gpu else 16384)
+    args.memory_n = [n for n in (512, 1024, 2048, 4096, 8192, 16384, 32768) if n <= top]
+    if args.memory_child:
+        memory_child(args.memory_child, args)
+        return
+    if args.quick:
+        args.reps = 1
+    torch.set_num_threads(args.threads)
+    device, dtype = torch.device(args.device), _dtype(args.dtype)
+    cases: list[tuple[str, Any, int, int]] = []
+    mini = minilm(device, dtype)
+    cases.append(("MiniLM-L6 (real)", mini, 8 if not args.gpu else 64, 128))
+    shape = "1b" if args.gpu else "small"
+    lengths = [1024] if args.quick else ([2048, 8192] if args.gpu else [2048])
+    big = llama(shape, device, dtype, max(lengths))
+    cases += [(f"Llama-{shape} (random, GQA)", big, 1, n) for n in lengths]
+    times = []
+    for name, loaded, batch, n in cases:
+        print(f"  timing {name} n={n} batch={batch} …", flush=True)
+        times.append(time_case(name, loaded, batch, n, args))
+    del big, mini
+    gc.collect()
+    memory = [] if args.no_memory else memory_curve(args)
+    report(times, memory, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Timing and memory helpers shared by the benchmark scripts.
+
+Interleaved repetitions (the order rotates every repetition) with medians of paired
+ratios, so slow drifts and noisy neighbours hit every method alike; peak RSS sampled from
+/proc on CPU (run each configuration in a fresh process, with :data:`MALLOC_ENV`).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+MALLOC_ENV = {
+    # fixed thresholds (dynamic adjustment off): every allocation >= 128 KiB is its own
+    # mmap and goes back to the OS when freed, so RSS follows the live tensors
+    "MALLOC_MMAP_THRESHOLD_": "131072",
+    "MALLOC_TRIM_THRESHOLD_": "131072",
+}
+
+
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def interleaved(
+    methods: dict[str, Callable[[], Any]],
+    reps: int,
+    sync: Callable[[], None],
+    warmup: int = 2,
+) -> dict[str, list[float]]:
+    """Seconds per call of every method; the order rotates each repetition."""
+    names = list(methods)
+    for _ in range(warmup):
+        for name in names:
+            methods[name]()
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(reps):
+        k = r % len(names)
+        order = names[k:] + names[:k]
+        if r % 2:
+            order.reverse()
+        for name in order:
+            gc.collect()
+            sync()
+            t0 = time.perf_counter()
+            methods[name]()
+            sync()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def paired_ratio(num: list[float], den: list[float]) -> float:
+    """Median of the per-repetition ratios (the two ran back to back each time)."""
+    return statistics.median(a / b for a, b in zip(num, den, strict=True))
+
+
+def quartiles(xs: list[float]) -> tuple[float, float]:
+    if len(xs) < 4:
+        return min(xs), max(xs)
+    q = statistics.quantiles(xs, n=4)
+    return q[0], q[2]
+
+
+def current_rss() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class RssSampler:
+    """Peak RSS of this process while active, sampled every ~1 ms from /proc/self/statm."""
+
+    def __init__(self, interval: float = 0.001) -> None:
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, current_rss())
+            time.sleep(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self.peak = current_rss()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, current_rss())
