@@ -36,6 +36,7 @@ format: install
 
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/engine.py
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/attention.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/host.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/storage.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/pipeline.py

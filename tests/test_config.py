@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,14 @@ def test_bad_yaml(tmp_path):
         load_spec(str(tmp_path / "missing.yaml"))
     with pytest.raises(MixscopeError, match="unknown section"):
         apply_overrides({}, {"nosuch.field": 1})
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in (Path(__file__).parents[1] / "jobs").glob("*.yaml"))
+)
+def test_every_shipped_job_spec_validates(name):
+    spec = load_spec(str(Path(__file__).parents[1] / "jobs" / name))
+    assert spec.analysis.attention in ("auto", "fast", "eager")
+    if name == "long_context.yaml":  # long segments: the fast path and a token budget
+        assert spec.analysis.attention == "fast" and spec.analysis.max_length == 8192
+        assert spec.runtime.batch_tokens // spec.analysis.max_length == 4
