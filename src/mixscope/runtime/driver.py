@@ -145,6 +145,8 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
             "runtime": {
                 "workers": spec.runtime.workers,
                 "batch_size": spec.runtime.batch_size,
+                "batch_tokens": spec.runtime.batch_tokens,
+                "attention": spec.analysis.attention,
                 "docs_per_shard": spec.runtime.docs_per_shard,
                 "device": spec.runtime.device,
                 "executor": spec.runtime.executor,
