@@ -270,3 +270,53 @@ def test_watch_stops_cleanly_on_sigterm(training):
     assert proc.returncode == 0, output
     assert "watch stopped" in output
     assert np.all([p.name for p in (out / "_mixscope" / "runs").iterdir()])
+
+
+_STEAL = """
+import sys, time
+from mixscope.checkpoints.lease import Lease
+lease = Lease(sys.argv[1], "ck", ttl=60)
+print("stolen" if lease.acquire() else "refused", flush=True)
+lease._stop.set()  # keep the record on disk after this process exits
+"""
+
+
+def test_lease_renewal_and_a_stealing_process_never_both_hold(tmp_path, monkeypatch):
+    """A renewal that races a steal by another process: at most one holder.
+
+    Holder A's lease has expired on disk (A was paused); its heartbeat renews. Exactly in
+    the window of that renewal, a second *process* B sees the expired lease and steals it.
+    Before renewals were guarded, A read its own record, B replaced it, and A's renewal then
+    overwrote B's: both believed they held the checkpoint.
+    """
+    import subprocess
+    import sys
+
+    from mixscope.checkpoints import lease as L
+
+    a = Lease(tmp_path, "ck", ttl=60)
+    assert a.acquire()
+    a._stop.set()
+    a._thread.join()
+    record = json.loads(a.path.read_text())
+    record["expires_at"] = time.time() - 1  # paused past its expiry
+    a.path.write_text(json.dumps(record))
+
+    real_replace, outcome = L.os.replace, {}
+
+    def replace_during_a_steal(src, dst):
+        if "b" not in outcome:  # the other process runs in the renewal's window
+            run = subprocess.run(
+                [sys.executable, "-c", _STEAL, str(tmp_path)], capture_output=True, text=True
+            )
+            outcome["b"] = run.stdout.strip() or run.stderr.strip().splitlines()[-1]
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(L.os, "replace", replace_during_a_steal)
+    renewed = a.renew()
+    monkeypatch.setattr(L.os, "replace", real_replace)
+    owner = a.holder()["owner"]
+    b_believes = outcome["b"] == "stolen"
+    assert outcome["b"] in ("stolen", "refused")
+    assert renewed != b_believes  # exactly one of them believes it holds the lease …
+    assert renewed == (owner == a.owner) and a.held == renewed  # … and the file agrees
