@@ -19,6 +19,7 @@ from click.testing import CliRunner
 import mixscope
 from mixscope.cli import main
 from mixscope.config import load_spec
+from mixscope.errors import MixscopeError
 from mixscope.runtime.driver import run_job
 from mixscope.sql.views import connect
 from mixscope.store import manifest
@@ -343,3 +344,20 @@ def test_validate_checks_without_running_the_corpus(tiny_bert_dir, tmp_path):
     assert not (tmp_path / "o").exists()  # nothing analysed or written
     bad = CliRunner().invoke(main, ["validate", "--model", str(tmp_path), "--corpus", str(DEMO)])
     assert bad.exit_code == 1 and "not a model directory" in bad.output
+
+
+def test_run_identity_hashes_the_resolved_max_length(tiny_bert_dir, tmp_path):
+    """Leaving max_length to the model and naming the model's limit are the same run."""
+    from mixscope.models.loading import load
+    from mixscope.runtime.driver import prepare
+
+    limit = load(tiny_bert_dir).max_positions
+    implicit = prepare(_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": None}), write=False)
+    explicit = prepare(
+        _spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": limit}), write=False
+    )
+    shorter = prepare(_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": 32}), write=False)
+    assert implicit.run_id == explicit.run_id != shorter.run_id
+    assert implicit.record["options"]["analysis"]["max_length"] == limit
+    with pytest.raises(MixscopeError, match=f"exceeds this model's limit of {limit} positions"):
+        prepare(_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": limit + 1}), write=False)

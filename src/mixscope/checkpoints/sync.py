@@ -85,7 +85,6 @@ def sync_pass(
     plan = plan_corpus(base.corpus, base.runtime.docs_per_shard)  # fails early on a bad corpus
     if plan.n_docs == 0:
         raise MixscopeError("the probe corpus has no documents to analyse")
-    options = identity_options(base)
     report = SyncReport()
 
     for c in discover(source, revisions or ck.revisions):
@@ -99,6 +98,14 @@ def sync_pass(
         except OSError as exc:  # vanished or unreadable between listing and hashing
             report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=str(exc)))
             continue
+        from mixscope.models.loading import resolved_max_length
+
+        try:  # the checkpoint's own limit, as the driver resolves it
+            max_length = resolved_max_length(c.model, base.analysis.max_length, revision=c.revision)
+        except MixscopeError as exc:
+            report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=str(exc)))
+            continue
+        options = identity_options(base, max_length)
         run_id = run_id_for(identity["fingerprint"], plan.fingerprint, options)
         record = read_run(layout, run_id)
         if record is not None and record.get("status") == "complete":

@@ -53,26 +53,47 @@ class LoadedModel:
     @property
     def max_positions(self) -> int:
         """The longest sequence (special tokens included) the model accepts."""
-        config = self.model.config
-        limit = getattr(config, "max_position_embeddings", None) or 10**9
-        limit -= self.adapter.position_offset
-        tok_limit = getattr(self.tokenizer, "model_max_length", None)
-        if isinstance(tok_limit, int) and tok_limit < 10**6:
-            limit = min(limit, tok_limit)
-        return int(limit)
+        return position_limit(self.model.config, self.adapter, self.tokenizer)
 
     def resolve_max_length(self, wanted: int | None) -> int:
         """The sequence length to use: ``wanted``, or the model's limit when None."""
-        limit = self.max_positions
-        if wanted is None:
-            return limit
-        if wanted > limit:
-            raise MixscopeError(
-                f"max_length {wanted} exceeds this model's limit of {limit} positions"
-            )
-        if wanted < 4:
-            raise MixscopeError(f"max_length must be at least 4, got {wanted}")
-        return wanted
+        return check_max_length(wanted, self.max_positions)
+
+
+def position_limit(config: Any, adapter: Adapter, tokenizer: Any) -> int:
+    """The longest sequence (special tokens included) a model and its tokenizer accept."""
+    limit = getattr(config, "max_position_embeddings", None) or 10**9
+    limit -= adapter.position_offset
+    tok_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_limit, int) and tok_limit < 10**6:
+        limit = min(limit, tok_limit)
+    return int(limit)
+
+
+def check_max_length(wanted: int | None, limit: int) -> int:
+    """``wanted`` checked against ``limit``; the limit itself when ``wanted`` is None."""
+    if wanted is None:
+        return limit
+    if wanted > limit:
+        raise MixscopeError(f"max_length {wanted} exceeds this model's limit of {limit} positions")
+    if wanted < 4:
+        raise MixscopeError(f"max_length must be at least 4, got {wanted}")
+    return wanted
+
+
+def resolved_max_length(spec: str, wanted: int | None, *, revision: str | None = None) -> int:
+    """The sequence length a job on ``spec`` will use, without loading weights (config and
+    tokenizer only): what the run identity hashes, so ``None`` and the model's own limit
+    name the same run."""
+    from transformers import AutoTokenizer
+
+    config = load_config(spec, revision=revision)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_source(spec), revision=revision)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MixscopeError(f"could not load the tokenizer of {spec!r}: {first}") from exc
+    return check_max_length(wanted, position_limit(config, adapter_for_config(config), tokenizer))
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:

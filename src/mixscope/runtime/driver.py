@@ -115,7 +115,11 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
         raise MixscopeError(f"the corpus has no documents to analyse ({bad})")
     check_model_architecture(spec)
     model = model_identity(spec.model, spec.analysis.revision)
-    options = identity_options(spec)
+    from mixscope.models.loading import resolved_max_length
+
+    a = spec.analysis
+    max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
+    options = identity_options(spec, max_length)
     run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)
     layout = Layout.open(spec.out)
     stored = layout.read_json(f"{layout.run_dir(run_id)}/plan.json")

@@ -19,8 +19,10 @@ from mixscope.store.layout import Layout
 from mixscope.store.schema import SCHEMA_VERSION
 
 
-def identity_options(spec: JobSpec) -> dict[str, Any]:
-    """The options that change the numbers or the documents."""
+def identity_options(spec: JobSpec, max_length: int) -> dict[str, Any]:
+    """The options that change the numbers or the documents. ``max_length`` is the resolved
+    sequence length (``models.loading.resolved_max_length``), not the requested one, so a
+    spec that leaves it to the model and one that names the model's limit are one run."""
     c, a, o = spec.corpus, spec.analysis, spec.output
     return {
         "corpus": {
@@ -33,7 +35,7 @@ def identity_options(spec: JobSpec) -> dict[str, Any]:
             "limit": c.limit,
         },
         "analysis": {
-            "max_length": a.max_length,
+            "max_length": max_length,
             "mask_rate": a.mask_rate,
             "seed": a.seed,
             "dtype": a.dtype,
