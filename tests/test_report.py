@@ -308,3 +308,46 @@ def test_renders_in_headless_chromium(roots, trend_html):
     assert len(colours) > 200  # text, tables and plots, not one colour
     ink = (pixels.min(axis=2) < 200).any(axis=1)  # rows with anything darker than the page
     assert ink[:800].mean() > 0.2 and ink[2000:].mean() > 0.2  # content top and bottom
+
+
+def test_a_bfloat16_run_is_reported_and_drawn_in_bfloat16(roots, tiny_bert_dir, tmp_path):
+    """The report's run table names the run's dtype and its example maps are computed in
+    it (they were labelled and computed as float32 whatever the run used)."""
+    import mixscope
+    from mixscope.report.example import example_for
+    from mixscope.store.layout import Layout
+    from mixscope.store.runs import read_run
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(LINES, encoding="utf-8")
+    out = tmp_path / "bf16"
+    overrides = {"analysis.dtype": "bfloat16", "analysis.mask_rate": 0.0, "corpus.pairs": False}
+    run = run_job(
+        load_spec(
+            None,
+            {
+                "model": tiny_bert_dir,
+                "corpus.paths": [str(corpus)],
+                "analysis.max_length": 64,
+                "runtime.executor": "local",
+                "output.detail": "none",
+                "out": str(out),
+                **overrides,
+            },
+        ),
+        show_progress=False,
+    ).run_id
+    html = tmp_path / "bf16.html"
+    assert _report(out, "-o", html).exit_code == 0
+    row = re.search(rf"<tr>\s*<td>{run}</td>.*?</tr>", html.read_text(encoding="utf-8"), re.S)
+    assert row is not None and "<td>bfloat16</td>" in row.group(0)
+
+    ex = example_for(str(out), read_run(Layout.open(str(out)), run))
+    assert ex.error is None
+    text = LINES.splitlines()[0]
+    ref = {
+        dtype: mixscope.contribution_maps(tiny_bert_dir, [text], max_length=64, dtype=dtype)[0]
+        for dtype in ("bfloat16", "float32")
+    }
+    assert all(np.array_equal(ex.maps[m], ref["bfloat16"].maps[m]) for m in ex.maps)
+    assert not all(np.array_equal(ex.maps[m], ref["float32"].maps[m]) for m in ex.maps)

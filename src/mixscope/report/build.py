@@ -154,13 +154,14 @@ class _Report:
                 r["name"] or "",
                 _short_model(r["model"]),
                 r["step"],
+                r["dtype"] or "",
                 r["n_docs"],
                 r["tokens"],
                 r["status"] or "",
             ]
             for r in self.runs
         ]
-        headers = ["run", "name", "model", "step", "documents", "tokens", "status"]
+        headers = ["run", "name", "model", "step", "dtype", "documents", "tokens", "status"]
         s.add(H.table(headers, body))
         skipped = [k for k in self.records if k not in {r["run_id"] for r in self.runs}]
         if skipped:

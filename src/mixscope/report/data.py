@@ -34,7 +34,7 @@ def runs(con: Any) -> Rows:
         execute(
             con,
             "SELECT run_id, name, model, checkpoint_path, revision, step, n_docs, tokens, rows, "
-            "status, options, created_at FROM runs "
+            "status, options, created_at, dtype FROM runs "
             "ORDER BY name, step NULLS LAST, created_at, run_id",
         )
     )

@@ -89,6 +89,7 @@ def example_for(root: str, record: dict[str, Any], max_tokens: int = MAX_TOKENS)
             [text],
             max_length=length,
             revision=analysis.get("revision"),
+            dtype=analysis.get("dtype"),  # the run's precision, not the default float32
             mask_rate=float(analysis.get("mask_rate") or 0.0),
             seed=int(analysis.get("seed") or 0),
         )

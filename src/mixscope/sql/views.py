@@ -44,7 +44,8 @@ RUN_COLUMNS = """run_id VARCHAR, name VARCHAR, model VARCHAR, checkpoint_path VA
   revision VARCHAR, model_fingerprint VARCHAR, step BIGINT, corpus VARCHAR,
   corpus_fingerprint VARCHAR, n_docs BIGINT, options VARCHAR, status VARCHAR,
   shards_total INTEGER, shards_done INTEGER, shards_failed INTEGER, rows BIGINT, tokens BIGINT,
-  created_at TIMESTAMP, updated_at TIMESTAMP, detail VARCHAR, sample_rate DOUBLE"""
+  created_at TIMESTAMP, updated_at TIMESTAMP, detail VARCHAR, sample_rate DOUBLE,
+  dtype VARCHAR"""
 
 #: the long ``tokens`` view's columns before the measures (schema 1's order, + original_id)
 TOKEN_COLUMNS = (
@@ -299,6 +300,7 @@ def _run_row(r: dict[str, Any]) -> tuple:
         (r.get("updated_at") or "").replace("T", " ").rstrip("Z") or None,
         _detail_mode(r),
         ((r.get("options") or {}).get("output") or {}).get("sample_rate"),
+        ((r.get("options") or {}).get("analysis") or {}).get("dtype"),
     )
 
 
