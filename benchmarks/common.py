@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+#: the full WikiText-2 test split, beside the repository (the project's shared data folder)
+SHARED_WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2" / "test.txt"
+#: its first 700 paragraphs, bundled (benchmarks/data/README.md)
+BUNDLED_WIKITEXT = REPO / "benchmarks" / "data" / "wikitext-2-test-head.txt"
+
+
+def wikitext_path() -> Path:
+    """The WikiText-2 test text: the shared full split if present, else the bundled excerpt."""
+    return SHARED_WIKITEXT if SHARED_WIKITEXT.is_file() else BUNDLED_WIKITEXT
+
 
 def source_state() -> str:
     """The commit of the code measured, and whether src/ differs from it (read-only git)."""
     import subprocess
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     try:
         head = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],

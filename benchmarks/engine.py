@@ -46,6 +46,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
 
+from common import wikitext_path
 from timing import (
     MALLOC_ENV,
     RssSampler,
@@ -56,7 +57,7 @@ from timing import (
     synchronizer,
 )
 
-WIKITEXT = Path("/work/shared/data/wikitext-2/test.txt")
+WIKITEXT = wikitext_path()
 CORPUS = [WIKITEXT]  # the text file in use (--corpus)
 
 #: random BERT configurations for --random-config (no download needed)

@@ -22,7 +22,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikitext-2" / "test.txt"
+from common import wikitext_path
+
+CORPUS = wikitext_path()
 HEADING = r"^\s*=.*=\s*$"
 
 

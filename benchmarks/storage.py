@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from common import source_state
+from common import source_state, wikitext_path
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikitext-2" / "test.txt"
+CORPUS = wikitext_path()
 HEADING = r"^\s*=.*=\s*$"
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 GOALS = {"float32": 16.0, "float16": 9.0}  # detail bytes per token-layer

@@ -1,4 +1,4 @@
-"""A brute-force float64 reference of the context-mixing measures (METHOD.md §1–2).
+"""A brute-force float64 reference of the context-mixing measures (docs/method.md §1–2).
 
 Deliberately plain and independent of ``mixscope.mixing`` and of the package's adapters:
 one sequence at a time, weights read straight from the modules, every per-source vector

@@ -10,4 +10,4 @@ class UnsupportedArchitectureError(MixscopeError):
 
 
 class ExactnessError(MixscopeError):
-    """The decomposition does not rebuild the model's real output (METHOD.md exactness identity)."""
+    """The decomposition does not rebuild the model's real output (docs/method.md §2)."""

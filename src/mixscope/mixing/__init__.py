@@ -1,4 +1,4 @@
-"""The norm-based decomposition of the attention block (METHOD.md), as tensor kernels."""
+"""The norm-based decomposition of the attention block (docs/method.md), as tensor kernels."""
 
 #: ``analysis.attention``: "fast" runs a fused kernel and reads α_ii from its log-sum-exp
 #: (O(seq) memory per head, see fast_attention.py); "eager" materialises the weights

@@ -1,4 +1,4 @@
-"""The exactness identity of METHOD.md, checked on the real block sum and norm output.
+"""The exactness identity of docs/method.md §2, checked on the real block sum and norm output.
 
 Σ_j r_ij + b_O (+ m_i) == z_i (the real input of the norm) and
 Σ_j F_i(x_j) + γ ⊙ centre(b_O) / s(z_i) + β == x̃_i (its real output), with every Σ_j

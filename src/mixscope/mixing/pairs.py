@@ -1,4 +1,4 @@
-"""Per-pair contribution norms ‖P_ij‖ (the paper's Figure 1) in Gram form (METHOD.md §2).
+"""Per-pair contribution norms ‖P_ij‖ (the paper's Figure 1) in Gram form (docs/method.md §1).
 
 With u^h_j the per-head vectors of source j and the [heads, heads] Gram matrix G_j,
 ‖Σ_h α^h_ij u^h_j‖² = α_ijᵀ G_j α_ij: memory n·H·d + n²·H per sequence, never the

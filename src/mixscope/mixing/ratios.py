@@ -1,4 +1,4 @@
-"""Per-token mixing ratios of one block (METHOD.md §2), without any per-pair tensor.
+"""Per-token mixing ratios of one block (docs/method.md §1), without any per-pair tensor.
 
 The context part needs only sums the model already computes: ``Σ_j a_ij`` is the output
 projection minus ``b_O``; the self part ``a_ii = Σ_h α^h_ii f^h(x_i)`` needs the diagonal
