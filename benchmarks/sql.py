@@ -27,6 +27,7 @@ Each figure is the median of ``--reps`` (default 3) repetitions, the queries int
     python benchmarks/sql.py                      # 10M, 30M and 100M rows (as the disk allows)
     python benchmarks/sql.py --quick              # 1M rows
     python benchmarks/sql.py --rows 10M --reps 5 --threads 2 --dir /big/tmp
+    python benchmarks/sql.py --rows 10M,30M --only frequency_correlation   # the scan + one query
 """
 
 from __future__ import annotations
@@ -300,7 +301,12 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
 
 
 def measure(
-    root: Path, run_id: str, reps: int, threads: int | None, memory_limit: str | None
+    root: Path,
+    run_id: str,
+    reps: int,
+    threads: int | None,
+    memory_limit: str | None,
+    queries: tuple[str, ...] = QUERIES,
 ) -> dict:
     from mixscope.sql.named import run_query
     from mixscope.sql.readonly import execute
@@ -318,24 +324,28 @@ def measure(
             raise SystemExit(f"{name} gave no rows")
         return seconds
 
-    for name in QUERIES:  # warm-up: file metadata and the page cache
+    for name in queries:  # warm-up: file metadata and the page cache
         t = once(name)
         print(f"  warm-up {name}: {t:.2f}s", file=sys.stderr)
-    times: dict[str, list[float]] = {q: [] for q in QUERIES}
+    times: dict[str, list[float]] = {q: [] for q in queries}
     for rep in range(reps):
-        for name in QUERIES:
+        for name in queries:
             times[name].append(once(name))
             print(f"  rep {rep + 1}/{reps} {name}: {times[name][-1]:.2f}s", file=sys.stderr)
-    # the answer of the exact query, to show the synthetic correlation is not zero
-    cur = run_query(con, EXACT)
-    cols = [d[0] for d in cur.description]
-    rho = {r[cols.index("measure")]: r[cols.index("rho_all")] for r in cur.fetchall()}
-    cur = run_query(con, "frequency_correlation")
-    cols = [d[0] for d in cur.description]
-    binned = {
-        r[cols.index("measure")]: (r[cols.index("rho_all")], r[cols.index("bound")])
-        for r in cur.fetchall()
-    }
+    rho: dict[str, float] = {}
+    binned: dict[str, tuple[float, float]] = {}
+    if EXACT in queries and "frequency_correlation" in queries:
+        # the answer of the exact query, to show the synthetic correlation is not zero, and
+        # the one from the histograms beside it (within its bound)
+        cur = run_query(con, EXACT)
+        cols = [d[0] for d in cur.description]
+        rho = {r[cols.index("measure")]: r[cols.index("rho_all")] for r in cur.fetchall()}
+        cur = run_query(con, "frequency_correlation")
+        cols = [d[0] for d in cur.description]
+        binned = {
+            r[cols.index("measure")]: (r[cols.index("rho_all")], r[cols.index("bound")])
+            for r in cur.fetchall()
+        }
     return {
         "medians": {q: statistics.median(ts) for q, ts in times.items()},
         "rho": rho,
@@ -353,8 +363,16 @@ def main() -> int:
     parser.add_argument("--memory-limit", default=None, help="DuckDB memory limit, e.g. 8GB")
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the results directories")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=QUERIES[1:],
+        metavar="QUERY",
+        help="time only the scan and this query (repeatable)",
+    )
     args = parser.parse_args()
     sizes = [1_000_000] if args.quick else parse_rows(args.rows)
+    queries = QUERIES if not args.only else ("scan", *(q for q in QUERIES if q in args.only))
 
     import duckdb
 
@@ -373,7 +391,9 @@ def main() -> int:
             print(f"writing {human(rows)} rows to {root}", file=sys.stderr)
             written = write_results(root, rows, tok, args.shard_rows)
             print(f"measuring {human(written['rows'])} rows", file=sys.stderr)
-            measured = measure(root, written["run_id"], args.reps, args.threads, args.memory_limit)
+            measured = measure(
+                root, written["run_id"], args.reps, args.threads, args.memory_limit, queries
+            )
             results.append((written, measured))
             if not args.keep:
                 shutil.rmtree(root)
@@ -404,7 +424,7 @@ def main() -> int:
         medians = measured["medians"]
         n = written["rows"]
         scan = medians["scan"]
-        for name in QUERIES:
+        for name in queries:
             t = medians[name]
             ratio = t / scan
             if name == "scan":
@@ -434,16 +454,19 @@ def main() -> int:
         )
         rho = measured["rho"]
         binned = measured["binned"]
-        print(
-            f"{'':>11}  rho_all exact / from histograms (bound): "
-            + ", ".join(f"{m} {rho[m]:.4f} / {binned[m][0]:.4f} ({binned[m][1]:.1e})" for m in rho)
-        )
+        if rho:
+            print(
+                f"{'':>11}  rho_all exact / from histograms (bound): "
+                + ", ".join(
+                    f"{m} {rho[m]:.4f} / {binned[m][0]:.4f} ({binned[m][1]:.1e})" for m in rho
+                )
+            )
     if len(results) > 1:
         print()
         print(
             f"{'query':<28} " + " ".join(f"{human(w['rows']):>9}" for w, _ in results) + "  flat?"
         )
-        for name in QUERIES:
+        for name in queries:
             ts = [m["medians"][name] for _, m in results]
             if name in (EXACT, "scan"):
                 per_m = [t / (w["rows"] / 1e6) for t, (w, _) in zip(ts, results, strict=True)]
