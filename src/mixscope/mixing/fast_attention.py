@@ -103,7 +103,13 @@ def chunked_logsumexp(
     return out
 
 
+def _repeat_heads(q: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Key/value heads repeated to the query heads (kv head g serves heads g·r … g·r + r − 1)."""
+    return t if t.shape[1] == q.shape[1] else t.repeat_interleave(q.shape[1] // t.shape[1], 1)
+
+
 def _cpu_kernel(q, k, v, mask, scale, is_causal):
+    # the CPU flash kernel takes grouped key/value heads as they are (no repeated copy)
     op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     return op(q, k, v, 0.0, is_causal, attn_mask=additive_mask(mask, q.dtype), scale=scale)
 
@@ -121,6 +127,7 @@ def _aligned_bias(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch
 
 def _cuda_kernel(q, k, v, mask, scale, is_causal):
     seq = q.shape[2]
+    k, v = _repeat_heads(q, k), _repeat_heads(q, v)
     if mask is None and q.dtype in (torch.float16, torch.bfloat16):
         try:
             out = torch.ops.aten._scaled_dot_product_flash_attention(
@@ -137,6 +144,7 @@ def _cuda_kernel(q, k, v, mask, scale, is_causal):
 
 
 def _fallback(q, k, v, mask, scale, is_causal):
+    k, v = _repeat_heads(q, k), _repeat_heads(q, v)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, is_causal=is_causal)
     lse = chunked_logsumexp(q, k, additive_mask(mask, q.dtype), scale, is_causal)
     return out, lse
@@ -150,8 +158,8 @@ KERNELS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
 
 def attention_with_lse(
     query: torch.Tensor,  # [batch, heads, seq, head_dim]
-    key: torch.Tensor,  # [batch, heads, seq, head_dim]  (key/value heads already repeated)
-    value: torch.Tensor,  # [batch, heads, seq, head_dim]
+    key: torch.Tensor,  # [batch, kv_heads, seq, head_dim]  (kv_heads divides heads)
+    value: torch.Tensor,  # [batch, kv_heads, seq, head_dim]
     mask: torch.Tensor | None,  # bool keep-mask or additive, broadcastable to [b, h, q, k]
     scale: float,
     is_causal: bool,
@@ -179,14 +187,17 @@ def attention_with_lse(
 
 def self_weights(
     query: torch.Tensor,  # [batch, heads, seq, head_dim]
-    key: torch.Tensor,  # [batch, heads, seq, head_dim]
+    key: torch.Tensor,  # [batch, kv_heads, seq, head_dim]
     mask: torch.Tensor | None,  # bool keep-mask or additive, [batch | 1, 1 | heads, seq, seq]
     lse: torch.Tensor,  # [batch, heads, seq]
     scale: float,
 ) -> torch.Tensor:
     """α_ii = exp(s_ii + m_ii − LSE_i): [batch, heads, seq] (float32; float64 for float64)."""
     work = lse.dtype if lse.dtype == torch.float64 else torch.float32
-    s_self = (query.to(work) * key.to(work)).sum(-1) * scale  # [batch, heads, seq]
+    batch, heads, seq, dim = query.shape
+    kv = key.shape[1]
+    q = query.to(work).reshape(batch, kv, heads // kv, seq, dim)  # heads grouped by kv head
+    s_self = (q * key.to(work).unsqueeze(2)).sum(-1).reshape(batch, heads, seq) * scale
     if mask is not None:
         diag = torch.diagonal(mask, dim1=-2, dim2=-1)  # [batch | 1, 1 | heads, seq]
         if diag.dtype == torch.bool:
@@ -217,10 +228,8 @@ def mixscope_attention_forward(
         raise MixscopeError("fast attention runs inference only: attention dropout must be 0")
     if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
         raise MixscopeError("fast attention: soft-capping and position biases are unsupported")
-    heads, kv_heads = query.shape[1], key.shape[1]
-    if heads != kv_heads:  # grouped-query attention: kv head g serves heads g·r … g·r + r − 1
-        key = key.repeat_interleave(heads // kv_heads, dim=1)
-        value = value.repeat_interleave(heads // kv_heads, dim=1)
+    if query.shape[1] % key.shape[1]:
+        raise MixscopeError("fast attention: key/value heads must divide the query heads")
     if query.shape[2] != key.shape[2]:
         raise MixscopeError("fast attention analyses whole sequences (no key/value cache)")
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
