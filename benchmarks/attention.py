@@ -27,7 +27,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -38,8 +37,11 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
 
-from common import source_state
+from common import REPO, source_state
 from timing import MALLOC_ENV, RssSampler, current_rss, interleaved, paired_ratio, synchronizer
+
+#: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
+RESULTS = REPO / "benchmarks" / "results" / "attention.md"
 
 #: Llama-family shapes (random weights): GQA, RMSNorm, rotary
 LLAMA = {
@@ -238,40 +240,56 @@ def _dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def report(times: list[dict], memory: list[dict], args: argparse.Namespace) -> None:
-    print(f"\n## Fast attention ({args.device}, {args.dtype}, {platform.processor() or ''}"
-          f"{torch.get_num_threads()} threads; code {source_state()})\n")  # fmt: skip
-    print("| model | n × batch | SDPA forward | fast / SDPA (goal) | eager / SDPA "
-          "| eager / eager forward | max abs(fast − eager), padded too |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+def report(times: list[dict], memory: list[dict], args: argparse.Namespace) -> str:
+    """The results as markdown (what ``--save`` writes for the README)."""
+    out: list[str] = []
+    say = out.append
+    say(f"Fast attention ({args.device}, {args.dtype}, {torch.get_num_threads()} threads; "
+        f"code {source_state()}; `python benchmarks/attention.py{_flags(args)}`):")  # fmt: skip
+    say("")
+    say("| model | n × batch | SDPA forward | fast / SDPA (goal) | eager / SDPA "
+        "| eager / eager forward | max abs(fast − eager), padded too |")  # fmt: skip
+    say("|---|---|---|---|---|---|---|")
     for t in times:
         ok = "met" if t["fast_over_sdpa"] <= t["goal"] else "NOT met"
-        print(
+        say(
             f"| {t['model']} | {t['n']:,} × {t['batch']} | {t['sdpa_s'] * 1e3:,.1f} ms "
             f"| **{t['fast_over_sdpa']:.3f}×** (≤ {t['goal']:.2f}, {ok}) "
             f"| {t['eager_over_sdpa']:.3f}× | {t['eager_over_eager_forward']:.3f}× "
             f"| {t['max_diff']:.1e} |"
         )
-    if not memory:
-        return
-    shape = LLAMA["memory"]
-    print(f"\nPeak memory of one sequence of n tokens, Llama-family config {shape} "
-          f"({'RSS increase' if args.device == 'cpu' else 'max_memory_allocated'}; "
-          f"eager capped at {args.cpu_cap_gib:g} GiB on CPU):\n")  # fmt: skip
-    print("| n | SDPA forward | fast analysis | eager analysis | fast MiB per 1k tokens |")
-    print("|---|---|---|---|---|")
-    by = {(r["mode"], r["n"]): r["peak_mib"] for r in memory}
-    for n in args.memory_n:
-        fast = by.get(("fast", n))
-        per_k = "" if fast is None else f"{fast / (n / 1000):,.2f}"
-        print(f"| {n:,} | {_mib(by.get(('sdpa', n)))} | {_mib(fast)} "
-              f"| {_mib(by.get(('eager', n)))} | {per_k} |")  # fmt: skip
-    ns = [n for n in args.memory_n if by.get(("fast", n))]
-    if len(ns) >= 2:
-        lo, hi = ns[0], ns[-1]
-        growth = by[("fast", hi)] / by[("fast", lo)]
-        print(f"\nfast: ×{growth:.1f} memory for ×{hi / lo:.0f} tokens ({lo:,} → {hi:,}); "
-              f"linear is ×{hi / lo:.0f}, quadratic ×{(hi / lo) ** 2:.0f}")  # fmt: skip
+    if memory:
+        shape = ", ".join(f"{k.removeprefix('num_').replace('_', ' ')} {v}"
+                          for k, v in LLAMA["memory"].items())  # fmt: skip
+        kind = "peak RSS increase" if args.device == "cpu" else "max_memory_allocated"
+        say("")
+        say(f"Peak memory of one sequence of n tokens, a Llama-family config ({shape}); {kind}, "
+            f"eager capped at {args.cpu_cap_gib:g} GiB on CPU:")  # fmt: skip
+        say("")
+        say("| n | SDPA forward | fast analysis | eager analysis | fast MiB per 1k tokens |")
+        say("|---|---|---|---|---|")
+        by = {(r["mode"], r["n"]): r["peak_mib"] for r in memory}
+        for n in args.memory_n:
+            fast = by.get(("fast", n))
+            per_k = "" if fast is None else f"{fast / (n / 1000):,.2f}"
+            say(f"| {n:,} | {_mib(by.get(('sdpa', n)))} | {_mib(fast)} "
+                f"| {_mib(by.get(('eager', n)))} | {per_k} |")  # fmt: skip
+        ns = [n for n in args.memory_n if by.get(("fast", n))]
+        if len(ns) >= 2:
+            lo, hi = ns[0], ns[-1]
+            growth = by[("fast", hi)] / by[("fast", lo)]
+            say("")
+            say(f"Fast path: ×{growth:.1f} memory for ×{hi / lo:.0f} tokens ({lo:,} → {hi:,}); "
+                f"linear is ×{hi / lo:.0f}, quadratic ×{(hi / lo) ** 2:.0f}.")  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def _flags(args: argparse.Namespace) -> str:
+    flags = [f"--device {args.device}"] if args.device != "cpu" else []
+    flags += [f"--dtype {args.dtype}"] if args.dtype != "float32" else []
+    flags += ["--gpu"] if args.gpu else []
+    flags += ["--quick"] if args.quick else []
+    return "".join(" " + f for f in flags)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -284,6 +302,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpu", action="store_true", help="GPU sizes: a 1B-shaped Llama, n to 32k")
     p.add_argument("--cpu-cap-gib", type=float, default=6.0, help="eager's memory cap (CPU)")
     p.add_argument("--no-memory", action="store_true", help="skip the memory curve")
+    p.add_argument("--save", action="store_true", help=f"also write {RESULTS} (the README's)")
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -313,7 +332,12 @@ def main(argv: list[str] | None = None) -> None:
     del big, mini
     gc.collect()
     memory = [] if args.no_memory else memory_curve(args)
-    report(times, memory, args)
+    text = report(times, memory, args)
+    print("\n" + text)
+    if args.save:
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(text, encoding="utf-8")
+        print(f"wrote {RESULTS} (python benchmarks/readme.py puts it in the README)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,36 @@
+"""The README's benchmark figures are the benchmarks' own output (benchmarks/readme.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _readme_tool():
+    spec = importlib.util.spec_from_file_location("readme", REPO / "benchmarks" / "readme.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_marked_section_is_its_benchmark_output():
+    tool = _readme_tool()
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert tool.SECTION.search(readme), "the README marks no benchmark section"
+    _, stale = tool.spliced(readme)
+    assert stale == [], f"stale README sections {stale}: run python benchmarks/readme.py"
+
+
+def test_splicing_replaces_only_the_marked_body(tmp_path):
+    tool = _readme_tool()
+    (tmp_path / "x.md").write_text("| a |\n|---|\n| 1 |\n", encoding="utf-8")
+    readme = "intro\n<!-- bench:x -->\nold figures\n<!-- /bench:x -->\nafter\n"
+    new, changed = tool.spliced(readme, tmp_path)
+    assert new == "intro\n<!-- bench:x -->\n| a |\n|---|\n| 1 |\n<!-- /bench:x -->\nafter\n"
+    assert changed == ["x"] and tool.spliced(new, tmp_path)[1] == []
+    with pytest.raises(SystemExit, match="bench:y has no"):
+        tool.spliced("<!-- bench:y -->\n<!-- /bench:y -->", tmp_path)
