@@ -36,11 +36,12 @@ format: install
 
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/engine.py
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/attention.py
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/attention.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/host.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/storage.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/pipeline.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/sql.py --rows 10M,30M
+	$(BIN)/python benchmarks/readme.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info
