@@ -13,7 +13,6 @@ from typing import Any
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import CorpusPlan, plan_corpus
 from mixscope.errors import MixscopeError
-from mixscope.models.adapters import adapter_for
 from mixscope.models.fingerprint import model_identity
 from mixscope.runtime import faults
 from mixscope.runtime.progress import Progress
@@ -87,14 +86,6 @@ class RunSummary:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def check_model_architecture(spec: JobSpec) -> None:
-    """Fail before any actor starts when the model's family has no adapter."""
-    from mixscope.models.loading import load_config
-
-    config = load_config(spec.model, revision=spec.analysis.revision)
-    adapter_for(config.model_type)
-
-
 @dataclass
 class PreparedRun:
     spec: JobSpec
@@ -113,12 +104,12 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
     if plan.n_docs == 0:
         bad = ", ".join(f"{k}: {v}" for k, v in plan.bad.items()) or "no records at all"
         raise MixscopeError(f"the corpus has no documents to analyse ({bad})")
-    check_model_architecture(spec)
-    model = model_identity(spec.model, spec.analysis.revision)
     from mixscope.models.loading import resolved_max_length
 
     a = spec.analysis
+    # config + tokenizer only: fails on an unsupported family before anything is fingerprinted
     max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
+    model = model_identity(spec.model, spec.analysis.revision)
     options = identity_options(spec, max_length)
     run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)
     layout = Layout.open(spec.out)
