@@ -1,8 +1,8 @@
 """A block of analysed tokens in columnar form: what the statistics and the detail read.
 
 The engine gives one ``[layer, measure, seq]`` array per sequence; a block lays a batch of
-sequences out token-major (``values``: ``[tokens, layers, stored measures]``) with the
-per-token ids and flags beside it, once, so every consumer is a vectorized numpy pass.
+sequences end to end (``values``: ``[layers, stored measures, tokens]``) with the per-token
+ids and flags beside it, once, so every consumer is a vectorized numpy pass.
 """
 
 from __future__ import annotations
@@ -32,18 +32,22 @@ class TokenBlock:
     is_masked: np.ndarray  # [tokens] bool
     category: np.ndarray  # [tokens] int8, index into CATEGORIES
     sequence: np.ndarray  # [tokens] int64, index of the token's sequence in the block
-    values: np.ndarray  # [tokens, layers, stored measures] float32
+    #: [layers, stored measures, tokens] float32, C-contiguous: the engine's own layout with
+    #: the sequences laid end to end (plain copies), and the layout every consumer wants:
+    #: elementwise passes (histogram bins, flat scatter indices), layer sums over axis 0
+    values: np.ndarray
 
     def __len__(self) -> int:
         return int(self.doc_id.shape[0])
 
     @property
     def layers(self) -> int:
-        return int(self.values.shape[1])
+        return int(self.values.shape[0])
 
     def take(self, rows: np.ndarray) -> TokenBlock:
         """The tokens at ``rows`` (indices or a boolean mask), as a block of their own."""
-        return TokenBlock(**{k: getattr(self, k)[rows] for k in self.__dataclass_fields__})
+        fields = {k: getattr(self, k)[rows] for k in self.__dataclass_fields__ if k != "values"}
+        return TokenBlock(**fields, values=np.ascontiguousarray(self.values[:, :, rows]))
 
 
 class Vocabulary:
@@ -93,14 +97,13 @@ def token_block(
     is_masked = cat([s.masked for s in seqs])
     # only special tokens need their string for the category
     strings = vocab.strings(token_id[is_special])
-    # [layer, measure, seq] → [seq, layer, stored measure], tokens of all sequences stacked
-    values = cat([m[:, _STORED, :].transpose(2, 0, 1) for m in measures]).astype(
-        np.float32, copy=False
-    )
+    values = _stack(measures)
     return TokenBlock(
         doc_id=np.repeat(np.array([s.doc_id for s in seqs], dtype=np.int64), lengths),
         segment=np.repeat(np.array([s.segment for s in seqs], dtype=np.int32), lengths),
-        position=cat([np.arange(n, dtype=np.int32) for n in lengths]),
+        position=(
+            np.arange(len(token_id)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        ).astype(np.int32),
         token_id=token_id,
         original_id=cat([s.original_ids for s in seqs]).astype(np.int32),
         token_type=cat([s.token_type_ids for s in seqs]).astype(np.int8),
@@ -108,5 +111,13 @@ def token_block(
         is_masked=is_masked,
         category=category_codes(is_special, is_masked, strings),
         sequence=np.repeat(np.arange(len(seqs), dtype=np.int64), lengths),
-        values=np.ascontiguousarray(values),
+        values=values,
     )
+
+
+def _stack(measures: Sequence[np.ndarray]) -> np.ndarray:
+    """[layer, measure, seq] per sequence → [layer, stored measure, tokens] float32, the
+    sequences end to end: two plain copies (concatenating whole rows, then taking the
+    stored measures), several times faster than a strided gather per sequence."""
+    whole = np.concatenate(measures, axis=2)  # [layer, measure, tokens]
+    return np.take(whole, _STORED, axis=1).astype(np.float32, copy=False)

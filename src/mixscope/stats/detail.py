@@ -70,7 +70,7 @@ def detail_table(block: TokenBlock, vocab: Vocabulary, precision: str = "float32
     }
     dtype = np.float16 if precision == "float16" else np.float32
     for k, m in enumerate(STORED_MEASURES):
-        flat = np.ascontiguousarray(block.values[:, :, k], dtype=dtype).ravel()
+        flat = np.ascontiguousarray(block.values[:, k, :].T, dtype=dtype).ravel()  # token-major
         cols[m] = pa.ListArray.from_arrays(offsets, pa.array(flat, value_type))
     arrays = [
         cols[f.name] if isinstance(cols[f.name], pa.Array) else pa.array(cols[f.name], f.type)
