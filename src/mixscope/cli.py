@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from mixscope import MEASURES, __version__
-from mixscope.errors import MixscopeError
+from mixscope.errors import MixscopeError, first_line
 from mixscope.models.packaged import DEFAULT_MODEL
 
 
@@ -37,7 +37,7 @@ class _Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()
                 ctx.exit(1)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            first = first_line(exc)
             click.echo(
                 f"Error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)",
                 err=True,
@@ -117,21 +117,21 @@ def _write_table(table: Any, output: str) -> None:
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".csv"):
         raise MixscopeError(f"--output must end in .parquet or .csv, got {output!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
+    from mixscope.store.atomic import replacing
 
-        pq.write_table(table, tmp, compression="zstd")
-    else:
-        import pyarrow as pa
-        import pyarrow.csv as pcsv
+    with replacing(path) as tmp:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
 
-        plain = table.set_column(
-            table.schema.get_field_index("token"), "token", table["token"].cast(pa.string())
-        )
-        pcsv.write_csv(plain, tmp)
-    tmp.replace(path)
+            pq.write_table(table, tmp, compression="zstd")
+        else:
+            import pyarrow as pa
+            import pyarrow.csv as pcsv
+
+            plain = table.set_column(
+                table.schema.get_field_index("token"), "token", table["token"].cast(pa.string())
+            )
+            pcsv.write_csv(plain, tmp)
 
 
 @main.command()

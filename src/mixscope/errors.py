@@ -11,3 +11,19 @@ class UnsupportedArchitectureError(MixscopeError):
 
 class ExactnessError(MixscopeError):
     """The decomposition does not rebuild the model's real output (docs/method.md §2)."""
+
+
+def first_line(text: object) -> str:
+    """The first non-empty line of ``text`` (a message, an exception, a record's error
+    field; ``None`` is empty): what a status line or a record keeps of a long error."""
+    for line in str(text if text is not None else "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: an exception as one line of a status, a
+    failure record or the CLI; the type alone when the message is empty."""
+    first = first_line(exc)
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

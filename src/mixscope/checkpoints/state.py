@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
+
+from mixscope.store.atomic import write_text
 
 
 def checkpoint_id(key: str) -> str:
@@ -35,9 +36,7 @@ class CheckpointState:
         self.folder.mkdir(parents=True, exist_ok=True)
         record = {**record, "key": key, "updated_at": time.time()}
         path = self.path(key)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        write_text(path, json.dumps(record, indent=1, sort_keys=True))
 
     def all(self) -> list[dict[str, Any]]:
         if not self.folder.is_dir():

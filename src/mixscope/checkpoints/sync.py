@@ -20,7 +20,7 @@ from mixscope.checkpoints.lease import Lease
 from mixscope.checkpoints.state import CheckpointState, checkpoint_id
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import plan_corpus
-from mixscope.errors import MixscopeError
+from mixscope.errors import MixscopeError, one_line
 from mixscope.models.fingerprint import model_identity
 from mixscope.store.layout import Layout
 from mixscope.store.runs import identity_options, read_run, run_id_for
@@ -149,8 +149,7 @@ def sync_pass(
                 status, error = _run(_spec_for(base, c), submit_address, show_progress)
             except Exception as exc:  # a broken checkpoint must not stop the others
                 status = "failed"
-                lines = str(exc).strip().splitlines()
-                error = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+                error = one_line(exc)
                 log(traceback.format_exc(limit=3))
             if status == "complete":
                 state.put(c.key, {**base_record, "status": "done", "finished_at": now()})

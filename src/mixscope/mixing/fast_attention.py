@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mixscope.errors import MixscopeError
+from mixscope.errors import MixscopeError, first_line
 
 log = logging.getLogger("mixscope")
 
@@ -180,7 +180,7 @@ def attention_with_lse(
         except (RuntimeError, TypeError, NotImplementedError) as exc:
             if kernel is not None:
                 raise
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc) or type(exc).__name__
             _warn_once(name, f"fast attention: {name} kernel unavailable ({first}); fallback")
     return _fallback(query, key, value, mask, scale, is_causal)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from mixscope.errors import MixscopeError
+from mixscope.errors import MixscopeError, first_line
 from mixscope.models.adapters import Adapter, adapter_for_config
 from mixscope.models.packaged import packaged_path
 
@@ -91,7 +91,7 @@ def resolved_max_length(spec: str, wanted: int | None, *, revision: str | None =
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolve_source(spec), revision=revision)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc) or type(exc).__name__
         raise MixscopeError(f"could not load the tokenizer of {spec!r}: {first}") from exc
     return check_max_length(wanted, position_limit(config, adapter_for_config(config), tokenizer))
 
@@ -160,7 +160,7 @@ def load_config(spec: str, *, revision: str | None = None) -> Any:
     try:
         return AutoConfig.from_pretrained(source, revision=revision)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc) or type(exc).__name__
         raise MixscopeError(
             f"could not load model {spec!r}: not a local model directory and not loadable "
             f"from the Hugging Face Hub ({first})"
@@ -212,7 +212,7 @@ def load(
             source, revision=revision, attn_implementation="eager", dtype=torch_dtype
         )
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc) or type(exc).__name__
         raise MixscopeError(f"could not load model {spec!r}: {first}") from exc
     base = _base_model(hf_model, adapter)
     base.to(dev)

@@ -19,6 +19,7 @@ from mixscope.errors import MixscopeError
 from mixscope.report import data
 from mixscope.report import html as H
 from mixscope.report.example import MAX_TOKENS
+from mixscope.store.atomic import write_text
 
 FORMATS = ("html", "png")
 
@@ -407,9 +408,7 @@ def build_report(
             f"measures {', '.join(MEASURES)} · built {stamp}"
         )
         text = H.page("mixscope report", meta, sections)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)
+        write_text(out, text)
         return Built(str(out), [str(out)], rep.plots, sections)
 
     folder = Path(output or "report")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mixscope.errors import MixscopeError
+from mixscope.errors import MixscopeError, first_line
 
 #: the example sequence is at most this many tokens, special tokens included
 MAX_TOKENS = 40
@@ -94,7 +94,7 @@ def example_for(root: str, record: dict[str, Any], max_tokens: int = MAX_TOKENS)
             seed=int(analysis.get("seed") or 0),
         )
     except Exception as exc:  # a report section, not a crash: say why
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc) or type(exc).__name__
         ex.error = f"{type(exc).__name__}: {first}" if not isinstance(exc, MixscopeError) else first
         return ex
     ex.tokens = list(maps[0].tokens)

@@ -7,13 +7,9 @@ from collections.abc import Iterator
 
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import Shard
+from mixscope.errors import one_line
 from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.worker import ShardWorker
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
 
 class LocalExecutor:
@@ -36,7 +32,7 @@ class LocalExecutor:
                     result = worker.process(shard)
                 except Exception as exc:  # a shard's failure never stops the job
                     kind = "retry" if attempt < attempts_allowed else "failed"
-                    detail = _one_line(exc)
+                    detail = one_line(exc)
                     if kind == "failed":
                         detail += "\n" + traceback.format_exc(limit=5)
                     yield ShardEvent(kind, shard.shard_id, attempt, error=detail)

@@ -17,7 +17,7 @@ from typing import Any
 
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import Shard
-from mixscope.errors import MixscopeError
+from mixscope.errors import MixscopeError, one_line
 from mixscope.runtime import faults
 from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.worker import ShardWorker
@@ -51,10 +51,8 @@ def _error_text(exc: BaseException) -> str:
 
     if isinstance(exc, ray.exceptions.RayTaskError):
         cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-        text = str(cause).strip().splitlines()
-        return f"{type(cause).__name__}: {text[0] if text else ''}"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+        return one_line(cause)
+    return one_line(exc)
 
 
 def _creation_error(exc: BaseException) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mixscope.errors import first_line
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
 from mixscope.store.runs import list_runs
@@ -33,7 +34,7 @@ def run_status(root: str) -> list[dict[str, Any]]:
                 "pending": max(0, total - len(done) - len(failed)),
                 "rows": sum(int(c.get("rows", 0)) for c in done.values()),
                 "tok/s": round(tokens / busy) if busy > 0 else 0,  # per busy worker-second
-                "errors": {k: (v.get("error") or "").splitlines()[0] for k, v in failed.items()},
+                "errors": {k: first_line(v.get("error")) for k, v in failed.items()},
             }
         )
     return out
@@ -64,7 +65,7 @@ def shard_status(root: str, run_id: str) -> list[dict[str, Any]]:
                 "seconds": c["seconds"] if c else "",
                 "attempts": c["attempt"] if c else (f["attempts"] if f else ""),
                 "worker": f"{c['host']}:{c['pid']}" if c else "",
-                "error": (f.get("error") or "").splitlines()[0] if f and not c else "",
+                "error": first_line(f.get("error")) if f and not c else "",
             }
         )
     return rows

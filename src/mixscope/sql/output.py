@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 from mixscope.errors import MixscopeError
+from mixscope.store.atomic import replacing
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -57,15 +57,12 @@ def render(cur: Any, fmt: str, output: str | None) -> str | None:
     else:
         text = ""
     if output:
-        path = Path(output)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
+        with replacing(output) as tmp:
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
 
-            pq.write_table(_arrow(headers, rows), tmp, compression="zstd")
-        else:
-            tmp.write_text(text + "\n", encoding="utf-8")
-        tmp.replace(path)
+                pq.write_table(_arrow(headers, rows), tmp, compression="zstd")
+            else:
+                tmp.write_text(text + "\n", encoding="utf-8")
         return None
     return text

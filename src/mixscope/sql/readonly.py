@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixscope.errors import MixscopeError
+from mixscope.errors import MixscopeError, first_line
 
 
 def check_read_only(sql: str) -> None:
@@ -18,7 +18,7 @@ def check_read_only(sql: str) -> None:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise MixscopeError(f"SQL error: {str(exc).strip().splitlines()[0]}") from None
+        raise MixscopeError(f"SQL error: {first_line(exc)}") from None
     if not statements:
         raise MixscopeError("no SQL statement given")
     if len(statements) > 1:
@@ -37,4 +37,4 @@ def execute(con: Any, sql: str, params: dict[str, Any] | None = None) -> Any:
     try:
         return con.execute(sql, params or None)
     except duckdb.Error as exc:
-        raise MixscopeError(f"SQL error: {str(exc).strip().splitlines()[0]}") from None
+        raise MixscopeError(f"SQL error: {first_line(exc)}") from None
