@@ -16,6 +16,7 @@ from typing import Any
 from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
 from mixscope.models.packaged import DEFAULT_MODEL
+from mixscope.runtime.executor import EXECUTORS
 from mixscope.store.schema import DETAIL_MODES, PRECISIONS
 
 
@@ -312,7 +313,7 @@ def validate(spec: JobSpec) -> None:
         (r.gpus_per_worker >= 0, "runtime.gpus_per_worker: not negative"),
         (r.cpus_per_worker > 0, "runtime.cpus_per_worker: positive"),
         (r.max_retries >= 0, "runtime.max_retries: not negative"),
-        (r.executor in ("ray", "local"), "runtime.executor: ray|local"),
+        (r.executor in EXECUTORS, f"runtime.executor: {'|'.join(EXECUTORS)}"),
         (spec.output.detail in DETAIL_MODES, "output.detail: " + "|".join(DETAIL_MODES)),
         (0 < spec.output.sample_rate <= 1, "output.sample_rate: in (0, 1]"),
         (spec.output.precision in PRECISIONS, "output.precision: " + "|".join(PRECISIONS)),

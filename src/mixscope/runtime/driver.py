@@ -15,6 +15,7 @@ from mixscope.corpus.plan import CorpusPlan, plan_corpus
 from mixscope.errors import MixscopeError, first_line
 from mixscope.models.fingerprint import model_identity
 from mixscope.runtime import faults
+from mixscope.runtime.executor import make_executor
 from mixscope.runtime.progress import Progress
 from mixscope.stats.consolidate import consolidate
 from mixscope.store import manifest
@@ -100,21 +101,15 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
 
     With ``write=False`` (``mixscope validate``) nothing is written under the output root.
     """
-    from mixscope.models.loading import resolved_max_length
-
-    a = spec.analysis
-    fits = None
-    if spec.corpus.pairs:  # pairs are selected (and counted) with the model's tokenizer
-        max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
-        fits = _pair_fits(spec, max_length)
-    plan = plan_corpus(spec.corpus, spec.runtime.docs_per_shard, fits)
+    plan = plan_corpus(spec.corpus, spec.runtime.docs_per_shard)
     if plan.n_docs == 0:
         bad = ", ".join(f"{k}: {v}" for k, v in plan.bad.items()) or "no records at all"
         raise MixscopeError(f"the corpus has no documents to analyse ({bad})")
-    if fits is None:
-        # config + tokenizer only: fails on an unsupported family before anything is
-        # fingerprinted
-        max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
+    from mixscope.models.loading import resolved_max_length
+
+    a = spec.analysis
+    # config + tokenizer only: fails on an unsupported family before anything is fingerprinted
+    max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
     model = model_identity(spec.model, spec.analysis.revision)
     options = identity_options(spec, max_length)
     run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)
@@ -141,7 +136,6 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
                 "n_docs": plan.n_docs,
                 "bad": plan.bad,
                 "bad_examples": plan.bad_examples,
-                "pairs": plan.pairs,  # kept / split / skipped (corpus/plan.py), or None
             },
             "options": options,
             "runtime": {
@@ -164,28 +158,6 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
         }
     )
     return PreparedRun(spec, layout, plan, run_id, record)
-
-
-def _pair_fits(spec: JobSpec, max_length: int) -> Any:
-    """The pair test of ``corpus/plan.py`` with the job's tokenizer and sequence length."""
-    from transformers import AutoTokenizer
-
-    from mixscope.corpus.encode import pair_fit_check
-    from mixscope.models.loading import resolve_source
-
-    source = resolve_source(spec.model)
-    tokenizer = AutoTokenizer.from_pretrained(source, revision=spec.analysis.revision)
-    return pair_fit_check(tokenizer, max_length)
-
-
-def _executor(spec: JobSpec, run_id: str) -> Any:
-    if spec.runtime.executor == "local":
-        from mixscope.runtime.local import LocalExecutor
-
-        return LocalExecutor(spec, run_id)
-    from mixscope.runtime.ray_executor import RayExecutor
-
-    return RayExecutor(spec, run_id)
 
 
 def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
@@ -212,7 +184,7 @@ def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
     tokens_now = 0
     try:
         if pending:
-            executor = _executor(spec, run_id)
+            executor = make_executor(spec, run_id)
             background = BackgroundConsolidation(layout, run_id, CONSOLIDATE_EVERY)
             try:
                 for event in executor.run(pending):

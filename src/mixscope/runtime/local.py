@@ -1,14 +1,18 @@
-"""The in-process executor: one ShardWorker, shards one after another (no Ray)."""
+"""The in-process executor: one ShardWorker, shards one after another (no Ray).
+
+It implements ``runtime.executor.Executor``; a failed attempt is retried at once on the
+same worker (there is no other), as the ``RetryPolicy`` allows."""
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import Shard
 from mixscope.errors import one_line
 from mixscope.runtime.events import ShardEvent
+from mixscope.runtime.executor import RetryPolicy
 from mixscope.runtime.worker import ShardWorker
 
 
@@ -16,26 +20,29 @@ class LocalExecutor:
     def __init__(self, spec: JobSpec, run_id: str) -> None:
         self.spec = spec
         self.run_id = run_id
+        self.policy = RetryPolicy.from_spec(spec)
 
-    def run(self, shards: list[Shard]) -> Iterator[ShardEvent]:
+    def run(self, shards: Sequence[Shard]) -> Iterator[ShardEvent]:
         worker = ShardWorker(self.spec, self.run_id)
         try:
             yield from self._run(worker, shards)
         finally:
             worker.close()
 
-    def _run(self, worker: ShardWorker, shards: list[Shard]) -> Iterator[ShardEvent]:
-        attempts_allowed = 1 + self.spec.runtime.max_retries
+    def _run(self, worker: ShardWorker, shards: Sequence[Shard]) -> Iterator[ShardEvent]:
         for shard in shards:
-            for attempt in range(1, attempts_allowed + 1):
+            attempt = 1
+            while True:
                 try:
                     result = worker.process(shard)
                 except Exception as exc:  # a shard's failure never stops the job
-                    kind = "retry" if attempt < attempts_allowed else "failed"
                     detail = one_line(exc)
-                    if kind == "failed":
+                    if not self.policy.retries(attempt):
                         detail += "\n" + traceback.format_exc(limit=5)
-                    yield ShardEvent(kind, shard.shard_id, attempt, error=detail)
+                    yield self.policy.failure(shard.shard_id, attempt, detail)
+                    if not self.policy.retries(attempt):
+                        break
+                    attempt += 1
                     continue
                 yield ShardEvent("done", shard.shard_id, attempt, result=result)
                 break

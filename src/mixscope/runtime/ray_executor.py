@@ -1,10 +1,11 @@
 """The Ray executor: a pool of actors, each holding one ShardWorker (one model).
 
-Ray is imported only here. Actors ask for a GPU (``runtime.gpus_per_worker``, fractional
-allowed) only when the cluster has GPUs, so a job never waits forever for a resource that
-does not exist; the pool is also capped at what the cluster can place. A shard whose actor
-dies is retried on a fresh actor; a shard that raises is retried; both up to
-``runtime.max_retries`` times, then reported failed while the rest goes on.
+Ray is imported only here. It implements ``runtime.executor.Executor``. Actors ask for a
+GPU (``runtime.gpus_per_worker``, fractional allowed) only when the cluster has GPUs, so a
+job never waits forever for a resource that does not exist; the pool is also capped at
+what the cluster can place. A shard whose actor dies is retried on a fresh actor; a shard
+that raises is retried; both as the ``RetryPolicy`` allows (``runtime.max_retries``), then
+reported failed while the rest goes on.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from mixscope.config import JobSpec
@@ -20,9 +21,18 @@ from mixscope.corpus.plan import Shard
 from mixscope.errors import MixscopeError, one_line
 from mixscope.runtime import faults
 from mixscope.runtime.events import ShardEvent
+from mixscope.runtime.executor import RetryPolicy
 from mixscope.runtime.worker import ShardWorker
 
 FORWARDED_ENV = (faults.ENV, "HF_HUB_OFFLINE", "HF_HOME", "HF_TOKEN", "TRANSFORMERS_VERBOSITY")
+# object-store roots and corpora (docs/storage.md): the workers write and read them too
+FORWARDED_ENV += tuple(
+    f"AWS_{k}"
+    for k in (
+        "ENDPOINT_URL", "ENDPOINT_URL_S3", "REGION", "DEFAULT_REGION", "PROFILE",
+        "ACCESS_KEY_ID", "SECRET_ACCESS_KEY", "SESSION_TOKEN",
+    )
+)  # fmt: skip
 
 
 def ensure_ray(address: str | None) -> Any:
@@ -69,6 +79,7 @@ class RayExecutor:
     def __init__(self, spec: JobSpec, run_id: str) -> None:
         self.spec = spec
         self.run_id = run_id
+        self.policy = RetryPolicy.from_spec(spec)
         self.ray = ensure_ray(spec.runtime.address)
         r = spec.runtime
         resources = self.ray.cluster_resources()
@@ -105,7 +116,7 @@ class RayExecutor:
     def _new_actor(self) -> Any:
         return self.actor_cls.remote(self.spec_dict, self.run_id)
 
-    def run(self, shards: list[Shard]) -> Iterator[ShardEvent]:
+    def run(self, shards: Sequence[Shard]) -> Iterator[ShardEvent]:
         ray = self.ray
         queue: deque[tuple[Shard, int]] = deque((s, 1) for s in shards)
         idle = [self._new_actor() for _ in range(min(self.workers, len(shards)))]
@@ -116,7 +127,6 @@ class RayExecutor:
                 ray.kill(a, no_restart=True)
             raise MixscopeError(f"workers could not start: {_creation_error(exc)}") from None
         in_flight: dict[Any, tuple[Any, Shard, int]] = {}
-        attempts_allowed = 1 + self.spec.runtime.max_retries
         try:
             while queue or in_flight:
                 while queue and idle:
@@ -133,12 +143,9 @@ class RayExecutor:
                     if isinstance(exc, ray.exceptions.RayActorError):
                         ray.kill(actor, no_restart=True)
                         actor = self._new_actor()  # a dead actor is replaced
-                    error = _error_text(exc)
-                    if attempt < attempts_allowed:
+                    if self.policy.retries(attempt):
                         queue.append((shard, attempt + 1))
-                        yield ShardEvent("retry", shard.shard_id, attempt, error=error)
-                    else:
-                        yield ShardEvent("failed", shard.shard_id, attempt, error=error)
+                    yield self.policy.failure(shard.shard_id, attempt, _error_text(exc))
                     idle.append(actor)
                     continue
                 idle.append(actor)

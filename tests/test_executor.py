@@ -1,0 +1,99 @@
+"""The executor contract: every executor reports the same outcomes for the same shards.
+
+One scenario through the in-process and the Ray executor (a real local Ray): three shards,
+the middle one always fails, two retries allowed. Both must report each good shard done
+once, the bad one retried twice and then failed with its reason, and equal results for
+the good shards; neither commits anything (the driver does).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mixscope.config import load_spec
+from mixscope.runtime.driver import prepare
+from mixscope.runtime.executor import EXECUTORS, RetryPolicy, make_executor
+from mixscope.store import manifest
+
+DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
+
+
+def test_retry_policy_counts_attempts():
+    policy = RetryPolicy(max_attempts=3)
+    assert [policy.retries(a) for a in (1, 2, 3)] == [True, True, False]
+    assert [policy.failure(7, a, "x").kind for a in (1, 2, 3)] == ["retry", "retry", "failed"]
+    event = policy.failure(7, 3, "boom")
+    assert (event.shard_id, event.attempt, event.error, event.result) == (7, 3, "boom", None)
+
+
+def _outcomes(executor_name: str, model: str, out: Path) -> tuple[list, dict, dict]:
+    spec = load_spec(
+        None,
+        {
+            "model": model,
+            "corpus.paths": [str(DEMO)],
+            "corpus.limit": 9,
+            "out": str(out),
+            "runtime.executor": executor_name,
+            "runtime.workers": 2,
+            "runtime.docs_per_shard": 3,
+            "runtime.batch_size": 4,
+            "runtime.max_retries": 2,
+            "analysis.max_length": 32,
+        },
+    )
+    prep = prepare(spec)
+    assert len(prep.plan.shards) == 3
+    executor = make_executor(spec, prep.run_id)
+    try:
+        events = list(executor.run(prep.plan.shards))
+    finally:
+        executor.close()
+        executor.close()  # safe twice
+    assert manifest.commits(prep.layout, prep.run_id) == {}  # executors never commit
+    kinds = sorted((e.kind, e.shard_id, e.attempt) for e in events)
+    errors = {(e.shard_id, e.attempt): e.error for e in events if e.kind != "done"}
+    done = {
+        e.shard_id: (e.result["docs"], e.result["tokens"], e.result["rows"])
+        for e in events
+        if e.kind == "done"
+    }
+    return kinds, errors, done
+
+
+def test_local_and_ray_executors_report_the_same_outcomes(
+    ray_local, tiny_bert_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MIXSCOPE_FAULTS", json.dumps({"fail": {"shard": 1}}))
+    assert set(EXECUTORS) == {"local", "ray"}
+    results = {name: _outcomes(name, tiny_bert_dir, tmp_path / name) for name in EXECUTORS}
+    for kinds, errors, done in results.values():
+        assert kinds == [
+            ("done", 0, 1),
+            ("done", 2, 1),
+            ("failed", 1, 3),
+            ("retry", 1, 1),
+            ("retry", 1, 2),
+        ]
+        assert sorted(errors) == [(1, 1), (1, 2), (1, 3)]
+        assert all("injected failure in shard 1" in e for e in errors.values())
+        assert sorted(done) == [0, 2] and all(d[0] == 3 and d[1] > 0 for d in done.values())
+    assert results["local"][2] == results["ray"][2]  # the same docs, tokens, rows per shard
+
+
+def test_unknown_executor_is_a_one_line_spec_error(tiny_bert_dir, tmp_path):
+    from mixscope.errors import MixscopeError
+
+    with pytest.raises(MixscopeError, match=r"runtime\.executor: local\|ray"):
+        load_spec(
+            None,
+            {
+                "model": tiny_bert_dir,
+                "corpus.paths": [str(DEMO)],
+                "out": str(tmp_path),
+                "runtime.executor": "spark",
+            },
+        )
