@@ -11,6 +11,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from tiny_models import MINILM, build
 
+#: the reliability matrix table (``--reliability-report PATH``)
+pytest_plugins = ["reliability_report"]
+
 
 @pytest.fixture(scope="session")
 def minilm_path() -> str:

@@ -1,77 +1,33 @@
-"""The batch pipeline end to end on a real local Ray: exactly-once, resume, faults."""
+"""The batch pipeline end to end on a real local Ray (faults: tests/reliability/)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
 import mixscope
 from mixscope.cli import main
-from mixscope.config import load_spec
 from mixscope.errors import MixscopeError
 from mixscope.runtime.driver import run_job
 from mixscope.sql.views import connect
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
-
-DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
-KEYS = "doc_id, segment, position, layer"
-
-
-def _spec(model: str, out, **overrides):
-    base = {
-        "model": model,
-        "corpus.paths": [str(DEMO)],
-        "out": str(out),
-        "runtime.workers": 2,
-        "runtime.docs_per_shard": 4,
-        "runtime.batch_size": 4,
-        "analysis.max_length": 32,
-        "runtime.max_retries": 1,
-        "output.detail": "full",
-    }
-    return load_spec(None, {**base, **overrides})
-
-
-def content_hash(root: str) -> tuple[int, str]:
-    """Row count and an order-independent hash of every committed token row and statistic."""
-    con = connect(root)
-    table = con.sql(f"SELECT * EXCLUDE (run_id) FROM tokens ORDER BY {KEYS}").to_arrow_table()
-    digest = hashlib.sha256()
-    for col in table.column_names:
-        digest.update(col.encode())
-        arr = table[col].combine_chunks()
-        if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
-            digest.update(arr.to_numpy(zero_copy_only=False).tobytes())
-        else:  # strings, dictionaries, booleans: by value (an object array's bytes are pointers)
-            digest.update(json.dumps(arr.to_pylist()).encode())
-    # and the statistics, to the bit: exact sums make them independent of merge order
-    for view in ("layer_stats", "sequence_stats", "token_stats", "token_hist", "layer_hist"):
-        rows = con.execute(f"SELECT * FROM {view} ORDER BY ALL").fetchall()
-        digest.update(repr(rows).encode())
-    return table.num_rows, digest.hexdigest()
+from run_helpers import DEMO, KEYS, content_hash, job_spec
 
 
 @pytest.fixture(scope="module")
 def clean_run(ray_local, tiny_bert_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("clean")
-    summary = run_job(_spec(tiny_bert_dir, out), show_progress=False)
+    summary = run_job(job_spec(tiny_bert_dir, out), show_progress=False)
     return summary, str(out), content_hash(str(out))
 
 
 def test_two_actors_end_to_end_real_model(ray_local, minilm_path, tmp_path):
-    spec = _spec(minilm_path, tmp_path, **{"analysis.max_length": 128})
+    spec = job_spec(minilm_path, tmp_path, **{"analysis.max_length": 128})
     summary = run_job(spec, show_progress=False)
     assert summary.status == "complete" and summary.shards_done == summary.shards_total == 8
     texts = [ln for ln in DEMO.read_text().splitlines() if ln.strip()]
@@ -102,128 +58,6 @@ def test_two_actors_end_to_end_real_model(ray_local, minilm_path, tmp_path):
     record = json.loads((tmp_path / "_mixscope" / "runs" / summary.run_id / "run.json").read_text())
     assert record["status"] == "complete" and record["corpus"]["n_docs"] == 30
     assert {"torch", "transformers", "ray", "mixscope"} <= set(record["libraries"])
-
-
-def test_rerun_skips_committed_shards(clean_run, tiny_bert_dir):
-    summary, out, before = clean_run
-    again = run_job(_spec(tiny_bert_dir, out), show_progress=False)
-    assert again.run_id == summary.run_id and again.shards_skipped == summary.shards_total
-    assert again.tokens == 0 and content_hash(out) == before
-
-
-def test_actor_killed_mid_shard_is_retried(
-    ray_local, tiny_bert_dir, tmp_path, clean_run, monkeypatch
-):
-    monkeypatch.setenv(
-        "MIXSCOPE_FAULTS", json.dumps({"kill": {"shard": 2, "once": str(tmp_path / "m")}})
-    )
-    summary = run_job(_spec(tiny_bert_dir, tmp_path / "out"), show_progress=False)
-    assert (tmp_path / "m").exists()  # the fault fired
-    assert summary.status == "complete"
-    assert content_hash(str(tmp_path / "out")) == clean_run[2]
-    commit = json.loads(
-        (
-            tmp_path / "out" / "_mixscope" / "runs" / summary.run_id / "commits" / "000002.json"
-        ).read_text()
-    )
-    assert commit["attempt"] == 2
-
-
-def test_shard_that_always_fails(ray_local, tiny_bert_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("MIXSCOPE_FAULTS", json.dumps({"fail": {"shard": 1}}))
-    summary = run_job(_spec(tiny_bert_dir, tmp_path), show_progress=False)
-    assert summary.status == "failed" and summary.shards_failed == 1
-    assert summary.shards_done == summary.shards_total - 1
-    assert "injected failure in shard 1" in summary.errors[1]
-    failure = json.loads(
-        (tmp_path / "_mixscope" / "runs" / summary.run_id / "failures" / "000001.json").read_text()
-    )
-    assert failure["attempts"] == 2
-    # the CLI exits non-zero and says which shard failed; status shows it
-    result = CliRunner().invoke(main, ["status", str(tmp_path), "--shards"])
-    assert "failed" in result.output and "shard 1" in result.output
-    shard_lines = [ln.split() for ln in result.output.splitlines() if ln[:5].strip().isdigit()]
-    assert [ln[1] for ln in shard_lines] == ["done", "failed"] + ["done"] * 6
-    # once the cause is gone, a rerun completes only the failed shard
-    monkeypatch.delenv("MIXSCOPE_FAULTS")
-    again = run_job(_spec(tiny_bert_dir, tmp_path), show_progress=False)
-    assert again.status == "complete" and again.shards_skipped == summary.shards_total - 1
-
-
-def _driver(args: list[str], env: dict) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "mixscope.cli", "run", *args, "--no-progress"],
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-
-
-def _cli_args(model: str, out) -> list[str]:
-    return [
-        "--model",
-        model,
-        "--corpus",
-        str(DEMO),
-        "--out",
-        str(out),
-        "--workers",
-        "2",
-        "--batch-size",
-        "4",
-        "--max-length",
-        "32",
-        "--set",
-        "runtime.docs_per_shard=4",
-        "--set",
-        "runtime.max_retries=1",
-        "--detail",
-        "full",
-    ]
-
-
-def test_crash_between_write_and_commit_then_resume(tiny_bert_dir, tmp_path, clean_run):
-    out = tmp_path / "out"
-    faults = {
-        "MIXSCOPE_FAULTS": json.dumps(
-            {"crash_before_commit": {"shard": 3, "once": str(tmp_path / "m")}}
-        )
-    }
-    proc = _driver(_cli_args(tiny_bert_dir, out), faults)
-    proc.wait(timeout=300)
-    assert proc.returncode == 137
-    layout = Layout.open(str(out))
-    run_id = layout.list_dirs(layout.runs_dir())[0]
-    # shard 3's file was written and renamed, but it is not committed, so nobody sees it
-    assert Path(layout.data_file("tokens", run_id, 3)).exists()
-    assert 3 not in manifest.commits(layout, run_id)
-    visible = (
-        connect(str(out))
-        .execute("SELECT count(*) FROM tokens WHERE doc_id BETWEEN 12 AND 15")
-        .fetchone()[0]
-    )
-    assert visible == 0
-    # resume: same job, the rest is computed, the result equals a clean run
-    summary = run_job(_spec(tiny_bert_dir, out), show_progress=False)
-    assert summary.status == "complete" and summary.shards_skipped >= 1
-    assert content_hash(str(out)) == clean_run[2]
-    assert not list(out.rglob("*.tmp"))
-
-
-def test_driver_killed_mid_run_then_resume(tiny_bert_dir, tmp_path, clean_run):
-    out = tmp_path / "out"
-    proc = _driver(_cli_args(tiny_bert_dir, out), {})
-    commits = out / "_mixscope" / "runs"
-    deadline = time.time() + 240
-    while time.time() < deadline and not list(commits.glob("*/commits/*.json")):
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait(timeout=60)
-    done_before = len(list(commits.glob("*/commits/*.json")))
-    assert done_before >= 1
-    summary = run_job(_spec(tiny_bert_dir, out), show_progress=False)
-    assert summary.status == "complete" and summary.shards_skipped >= done_before
-    assert content_hash(str(out)) == clean_run[2]
 
 
 def test_cli_run_prints_sql_summary_and_bad_inputs(ray_local, tiny_bert_dir, tmp_path):
@@ -308,7 +142,7 @@ def test_duckdb_reads_the_results_without_mixscope(clean_run):
 def test_output_root_as_uri(ray_local, tiny_bert_dir, tmp_path, clean_run):
     """file:// through pyarrow's filesystems (as s3:// or gs:// would be), with Ray actors."""
     uri = (tmp_path / "viauri").as_uri()
-    summary = run_job(_spec(tiny_bert_dir, uri), show_progress=False)
+    summary = run_job(job_spec(tiny_bert_dir, uri), show_progress=False)
     assert summary.status == "complete"
     assert content_hash(uri) == clean_run[2]
 
@@ -317,7 +151,7 @@ def test_output_root_on_an_fsspec_filesystem(tiny_bert_dir, clean_run):
     """memory:// has no pyarrow filesystem: it goes through fsspec (in-process executor)."""
     root = "memory://mixscope-test/results"
     summary = run_job(
-        _spec(tiny_bert_dir, root, **{"runtime.executor": "local"}), show_progress=False
+        job_spec(tiny_bert_dir, root, **{"runtime.executor": "local"}), show_progress=False
     )
     assert summary.status == "complete"
     layout = Layout.open(root)
@@ -352,12 +186,16 @@ def test_run_identity_hashes_the_resolved_max_length(tiny_bert_dir, tmp_path):
     from mixscope.runtime.driver import prepare
 
     limit = load(tiny_bert_dir).max_positions
-    implicit = prepare(_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": None}), write=False)
-    explicit = prepare(
-        _spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": limit}), write=False
+    implicit = prepare(
+        job_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": None}), write=False
     )
-    shorter = prepare(_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": 32}), write=False)
+    explicit = prepare(
+        job_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": limit}), write=False
+    )
+    shorter = prepare(job_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": 32}), write=False)
     assert implicit.run_id == explicit.run_id != shorter.run_id
     assert implicit.record["options"]["analysis"]["max_length"] == limit
     with pytest.raises(MixscopeError, match=f"exceeds this model's limit of {limit} positions"):
-        prepare(_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": limit + 1}), write=False)
+        prepare(
+            job_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": limit + 1}), write=False
+        )

@@ -17,6 +17,7 @@ from mixscope.models.fingerprint import model_identity
 from mixscope.runtime import faults
 from mixscope.runtime.executor import make_executor
 from mixscope.runtime.progress import Progress
+from mixscope.runtime.run_lock import run_lock
 from mixscope.stats.consolidate import consolidate
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
@@ -161,10 +162,17 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
 
 
 def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
-    """Run (or resume) the job; every shard ends committed exactly once or recorded failed."""
+    """Run (or resume) the job; every shard ends committed exactly once or recorded failed.
+    One driver per run at a time (``run_lock``): a second gets ``RunBusyError``."""
     started = time.time()
     prep = prepare(spec)
-    layout, plan, run_id, record = prep.layout, prep.plan, prep.run_id, prep.record
+    with run_lock(prep.layout, prep.run_id):
+        return _run_locked(prep, started, show_progress)
+
+
+def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSummary:
+    spec, layout, plan, run_id = prep.spec, prep.layout, prep.plan, prep.run_id
+    record = prep.record
     consolidate(layout, run_id)  # what a killed driver committed and did not consolidate
     committed = manifest.commits(layout, run_id)
     pending = [s for s in plan.shards if s.shard_id not in committed]

@@ -5,6 +5,8 @@
 - ``{"kill": {"shard": 3, "once": "/tmp/m"}}``: the worker process dies (``os._exit``) in
   the middle of shard 3; with ``once``, only while the marker file does not exist yet.
 - ``{"fail": {"shard": 2}}``: shard 2 raises every time.
+- ``{"fail_once_each": {"dir": "/tmp/f"}}``: every shard raises on its first attempt (a
+  retry storm); a marker file per shard in ``dir`` remembers which have failed.
 - ``{"crash_before_commit": {"shard": 0, "once": "/tmp/m"}}``: the driver dies after the
   shard's files are written and renamed but before its commit record.
 """
@@ -42,6 +44,14 @@ def maybe_kill(shard_id: int) -> None:
 def maybe_fail(shard_id: int) -> None:
     if _fault("fail", shard_id):
         raise RuntimeError(f"injected failure in shard {shard_id}")
+    raw = os.environ.get(ENV)
+    storm = json.loads(raw).get("fail_once_each") if raw else None
+    if storm:
+        marker = Path(storm["dir"]) / f"{shard_id}"
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("failed once")
+            raise RuntimeError(f"injected first-attempt failure in shard {shard_id}")
 
 
 def maybe_crash_before_commit(shard_id: int) -> None:

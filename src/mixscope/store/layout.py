@@ -17,6 +17,7 @@ Temporary files start with ``.`` and end in ``.tmp``: no ``*.parquet`` glob ever
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+from mixscope.store.atomic import temp_name
 
 KINDS = ("tokens", "documents")  # per-shard data; the statistics kinds are store.schema.STATS
 
@@ -119,12 +122,16 @@ class Layout:
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         """Write to a hidden temporary name in the same folder, then rename over ``path``."""
-        folder, name = path.rsplit("/", 1)
-        self.fs.create_dir(folder, recursive=True)
-        tmp = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        self.fs.move(tmp, path)
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        tmp = temp_name(path)
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            self.fs.move(tmp, path)
+        except BaseException:  # e.g. disk full: no half-written temporary stays behind
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(tmp)
+            raise
 
     def write_json(self, path: str, obj: Any) -> None:
         self.write_bytes_atomic(path, json.dumps(obj, indent=1, sort_keys=True).encode())

@@ -1,0 +1,80 @@
+"""One driver per run at a time: the run lock.
+
+Two drivers of the same run (two identical ``mixscope run`` commands, a scheduler that
+starts a job twice) would both analyse every pending shard and consolidate statistics
+under each other's feet. The driver holds this lock from before it reads the commit
+records until its last commit; a second driver gets ``RunBusyError``, a one-line message
+naming the holder, and exits non-zero without touching anything.
+
+Local roots use an advisory ``flock`` on ``_mixscope/runs/<run>/driver.lock``: the
+operating system releases it when the holder exits, however it exits (SIGKILL included),
+so a killed driver never blocks the rerun that resumes it. Object-store roots have no
+locks: there the lock is a lease with expiry (``checkpoints/lease.py``: conditional
+writes, renewed by a heartbeat), so a killed driver's lock frees itself after ``TTL``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+from mixscope.errors import MixscopeError
+from mixscope.store.layout import Layout
+
+#: seconds a remote run lease lives without a heartbeat (renewed every TTL / 3)
+TTL = 60.0
+
+
+class RunBusyError(MixscopeError):
+    """Another driver holds the run."""
+
+
+def _holder_text(info: dict) -> str:
+    since = info.get("since")
+    when = time.strftime("%H:%M:%S UTC", time.gmtime(since)) if since else "?"
+    return f"{info.get('owner', '?')} since {when}"
+
+
+@contextlib.contextmanager
+def run_lock(layout: Layout, run_id: str) -> Iterator[None]:
+    """Hold the run's lock for the body; ``RunBusyError`` if another driver holds it."""
+    me = {"owner": f"{socket.gethostname()}:{os.getpid()}", "since": time.time()}
+    busy = (
+        f"run {run_id} is being run by {{}}; wait for it to finish "
+        "(mixscope status shows its progress) or stop it first"
+    )
+    if not layout.is_local:
+        from mixscope.checkpoints.lease import Lease
+
+        lease = Lease(f"{layout.root.rstrip('/')}/_mixscope/runs/{run_id}", "driver", TTL)
+        if not lease.acquire():
+            raise RunBusyError(busy.format(_holder_text(lease.holder() or {})))
+        try:
+            yield
+        finally:
+            lease.release()
+        return
+
+    import fcntl
+
+    folder = layout.run_dir(run_id)
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(f"{folder}/driver.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except ValueError:
+                info = {}
+            raise RunBusyError(busy.format(_holder_text(info))) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)  # who holds it, for the message above
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
