@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # local wheel is provided, the default PyPI build elsewhere); set TORCH_SPEC= to skip.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install demo test test-fast lint format bench clean
 
 install: $(VENV)/.installed
 
@@ -22,8 +22,14 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/mixscope run jobs/demo.yaml
 
+# every tier (fast, slow, e2e); the reliability matrix table is rewritten from this run
 test: install
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "" --reliability-report=docs/reliability.md
+
+# the fast tier only (no real model, no Ray cluster, no whole jobs): seconds, for editing
+test-fast: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 lint: install

@@ -37,7 +37,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
 
-from common import REPO, source_state
+from common import REPO, minilm_tokenizer, source_state
 from timing import MALLOC_ENV, RssSampler, current_rss, interleaved, paired_ratio, synchronizer
 
 #: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
@@ -59,21 +59,14 @@ def llama(shape: str, device: torch.device, dtype: torch.dtype, positions: int) 
     from transformers import AutoModel, LlamaConfig
 
     from mixscope.models.loading import load
-    from mixscope.models.packaged import DEFAULT_MODEL, packaged_path
 
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=32000, max_position_embeddings=positions, **LLAMA[shape], rope_theta=1e4
     )
     model = AutoModel.from_config(config, attn_implementation="eager", dtype=dtype)
-    loaded = load((model.to(device).eval(), _tokenizer(packaged_path(DEFAULT_MODEL))))
+    loaded = load((model.to(device).eval(), minilm_tokenizer()))
     return loaded
-
-
-def _tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
 
 
 def minilm(device: torch.device, dtype: torch.dtype) -> Any:

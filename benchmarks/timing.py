@@ -8,8 +8,10 @@ ratios, so slow drifts and noisy neighbours hit every method alike; peak RSS sam
 from __future__ import annotations
 
 import gc
+import json
 import os
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -99,3 +101,56 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, current_rss())
+
+
+def rss_peak_increase(fn: Callable[[], Any]) -> tuple[int, int]:
+    """(RSS before, peak RSS increase) in bytes of one call of ``fn``, after a warm-up call.
+
+    Run it in a fresh process (with :data:`MALLOC_ENV`) so the increase is the call's own.
+    """
+    with torch.inference_mode():
+        fn()  # warm-up: lazy library initialization, code pages
+        gc.collect()
+        base = current_rss()
+        with RssSampler() as sampler:
+            out = fn()
+        del out
+    return base, sampler.peak - base
+
+
+def cuda_peak_mib(fn: Callable[[], Any]) -> float:
+    """Peak CUDA MiB of one call of ``fn`` above what was allocated before (after a warm-up)."""
+    with torch.inference_mode():
+        fn()
+        torch.cuda.synchronize()
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = fn()
+        torch.cuda.synchronize()
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        del out
+    return peak
+
+
+def mem_available_mb() -> float:
+    """MemAvailable from /proc/meminfo, in MiB (0 where unknown)."""
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a memory child: :data:`MALLOC_ENV`, no tokenizer threads."""
+    return {**os.environ, **MALLOC_ENV, "TOKENIZERS_PARALLELISM": "false"}
+
+
+def run_child(cmd: list[str], what: str) -> dict[str, Any]:
+    """Run one memory child (``cmd``) and return the JSON object of its last stdout line."""
+    res = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"memory child {what} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])

@@ -14,6 +14,30 @@ from tiny_models import MINILM, build
 #: the reliability matrix table (``--reliability-report PATH``)
 pytest_plugins = ["reliability_report"]
 
+#: fixtures whose use makes a test slow (the real model) or end to end (a cluster or jobs)
+SLOW_FIXTURES = {"minilm_path"}
+E2E_FIXTURES = {"ray_local", "clean_run"}
+E2E_MODULES = {"test_pipeline", "test_submit", "test_checkpoints"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tiers from what a test uses, so no test can forget its marker: ``e2e`` for the
+    reliability matrix, the pipeline modules and a Ray cluster; ``slow`` for the real model."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if (
+            "reliability" in item.path.parts
+            or item.path.stem in E2E_MODULES
+            or names & E2E_FIXTURES
+        ):
+            item.add_marker(pytest.mark.e2e)
+        elif names & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+
+
+# the SQL tests' results directories, built once per session (tests/sql_oracle.py)
+from sql_oracle import real_root, res, synth_root  # noqa: E402, F401
+
 
 @pytest.fixture(scope="session")
 def minilm_path() -> str:

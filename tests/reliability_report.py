@@ -1,4 +1,7 @@
-"""The reliability matrix as a table: ``pytest --reliability-report docs/reliability.md``.
+"""The reliability matrix as a table: ``pytest --reliability-report=docs/reliability.md``.
+
+(One token with ``=``: a separate value naming an existing file would be taken for a test
+path before tests/conftest.py registers the option.)
 
 Every test in ``tests/reliability/`` carries ``@pytest.mark.scenario(name, injected=…,
 checked=…)``; this plugin (loaded by tests/conftest.py) collects each one's outcome and,

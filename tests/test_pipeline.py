@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import mixscope
+from mixscope._version import SCHEMA_VERSION
 from mixscope.cli import main
 from mixscope.errors import MixscopeError
 from mixscope.runtime.driver import run_job
@@ -51,7 +52,7 @@ def test_two_actors_end_to_end_real_model(ray_local, minilm_path, tmp_path):
 
     f = manifest.committed_files(Layout.open(str(tmp_path)), "tokens")[0]
     meta = pq.ParquetFile(f)
-    assert meta.schema_arrow.metadata[b"mixscope.schema_version"] == b"2"
+    assert meta.schema_arrow.metadata[b"mixscope.schema_version"] == str(SCHEMA_VERSION).encode()
     assert meta.metadata.row_group(0).column(0).compression == "ZSTD"
     token = meta.schema_arrow.get_field_index("token")
     assert "RLE_DICTIONARY" in str(meta.metadata.row_group(0).column(token).encodings)

@@ -145,15 +145,16 @@ def test_token_stats_and_histograms_equal_brute_force(full_run):
         assert g["n"] == sel.sum() and close(g["sum"], v.sum())
         assert close(g["sumsq"], (v * v).sum()) and g["max"] == np.float32(v.max())
 
-    # token_hist: occurrences per (token id, category, bin of the layer-averaged value)
+    # token_hist: occurrences per (token id, original id, category, bin of the
+    # layer-averaged value)
     want: dict[tuple, int] = defaultdict(int)
     for m in STORED_MEASURES:
         avg = d[m].mean(axis=1)
         b = np.clip(np.floor(avg * HIST_BINS), 0, HIST_BINS - 1).astype(int)
-        for t, c, k in zip(d["token_id"], cats, b, strict=True):
-            want[(int(t), c, m, int(k))] += 1
+        for t, o, c, k in zip(d["token_id"], d["original_id"], cats, b, strict=True):
+            want[(int(t), int(o), c, m, int(k))] += 1
     hist = {
-        (g["token_id"], g["category"], g["measure"], g["bin"]): g["count"]
+        (g["token_id"], g["original_id"], g["category"], g["measure"], g["bin"]): g["count"]
         for g in stats_rows(root, "token_hist")
         if g["measure"] != "attnres_w"
     }

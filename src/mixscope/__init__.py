@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mixscope._version import __version__
+
 __all__ = ["MEASURES", "__version__", "analyze", "contribution_maps"]
 
 MEASURES = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")

@@ -32,7 +32,7 @@ class _Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()
             click.echo(f"Error: {exc}", err=True)
-            ctx.exit(1)
+            ctx.exit(exc.exit_code)
         except Exception as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()
@@ -348,6 +348,12 @@ def _print_summary(summary: Any) -> None:
     "(output.sample_rate) or none (the spec's output.detail).",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar or progress lines.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Check every committed file against its commit record (size and sha256) and "
+    "redo exactly the shards whose results were deleted, truncated or changed.",
+)
 def run(
     job,
     model,
@@ -361,6 +367,7 @@ def run(
     sets,
     detail,
     no_progress,
+    repair,
 ):
     """Run (or resume) the analysis job JOB (a YAML spec; flags override it).
 
@@ -378,7 +385,7 @@ def run(
     _quiet_transformers()
     from mixscope.runtime.driver import run_job
 
-    summary = run_job(spec, show_progress=not no_progress)
+    summary = run_job(spec, show_progress=not no_progress, repair=repair)
     _print_summary(summary)
     if summary.status != "complete":
         sys.exit(1)
@@ -460,11 +467,16 @@ def status(root: str, show_shards: bool, run_ids: tuple[str, ...]) -> None:
         "pending",
         "rows",
         "tok/s",
-    ]
+    ] + (["pairs"] if any(r.get("pairs") for r in runs) else [])  # kept, split, skipped
     click.echo(aligned_table(headers, [[r[h] for h in headers] for r in runs], digits=0))
     for r in runs:
         for shard_id, error in r["errors"].items():
             click.echo(f"{r['run_id']} shard {shard_id}: {error}")
+        if r.get("bad_input"):
+            bad = ", ".join(f"{k} {v:,}" for k, v in sorted(r["bad_input"].items()))
+            click.echo(f"{r['run_id']} input not analysed: {bad}")
+        for damage in r.get("damaged", []):
+            click.echo(f"{r['run_id']} DAMAGED {damage} (mixscope run … --repair)")
         if show_shards:
             shards = shard_status(root, r["run_id"])
             click.echo(f"\nrun {r['run_id']}")

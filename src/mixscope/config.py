@@ -13,11 +13,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mixscope.errors import MixscopeError
+from mixscope.corpus.masking import MASK_COUNTS
+from mixscope.errors import SpecError
 from mixscope.mixing import ATTENTION_MODES
 from mixscope.models.packaged import DEFAULT_MODEL
 from mixscope.runtime.executor import EXECUTORS
 from mixscope.store.schema import DETAIL_MODES, PRECISIONS
+
+#: how consecutive documents become pairs (``corpus.pair_selection``, corpus/plan.py)
+PAIR_SELECTIONS = ("split", "fit")
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,9 @@ class CorpusSpec:
     format: str = "auto"  # auto | text | jsonl | parquet
     split: str = "line"  # text: one document per line, or "paragraph" (blank-line separated)
     pairs: bool = False  # consecutive documents as (A, B) pairs, as in the paper's data
+    # pairs: "split" (A, B), (C, D), …, a pair longer than max_length split into single
+    # segments; "fit": only pairs that fit, the next pair tried from B (corpus/plan.py)
+    pair_selection: str = "split"
     text_field: str = "text"  # jsonl / parquet
     id_field: str | None = None  # jsonl / parquet: an external id kept with each document
     skip_regex: str | None = None  # documents matching this are skipped by rule (e.g. headings)
@@ -41,6 +48,9 @@ class AnalysisSpec:
 
     max_length: int | None = None  # None: the model's limit
     mask_rate: float = 0.0
+    # round | floor: masked tokens per sequence, max(1, round or floor of mask_rate · m)
+    # (corpus/masking.py); the authors' code floors. In the run identity when not "round".
+    mask_count: str = "round"
     seed: int = 0
     dtype: str = "float32"
     revision: str | None = None
@@ -162,7 +172,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
         if isinstance(value, str):
             value = [v for v in value.split(",") if v]
         if not isinstance(value, list | tuple):
-            raise MixscopeError(f"{key}: expected a list, got {value!r}")
+            raise SpecError(f"{key}: expected a list, got {value!r}")
         return tuple(str(v) for v in value)
     try:
         if typ is bool:
@@ -186,7 +196,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
                 raise ValueError
             return str(value)
     except (TypeError, ValueError):
-        raise MixscopeError(f"{key}: expected {typ.__name__}, got {value!r}") from None
+        raise SpecError(f"{key}: expected {typ.__name__}, got {value!r}") from None
     return value
 
 
@@ -194,14 +204,14 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     types_ = _field_types(cls)
     unknown = sorted(set(data) - set(types_))
     if unknown:
-        raise MixscopeError(
+        raise SpecError(
             f"unknown field {prefix}{unknown[0]}; valid: {', '.join(prefix + k for k in types_)}"
         )
     kwargs = {}
     for name, value in data.items():
         if name in SECTIONS and cls is JobSpec:
             if not isinstance(value, dict):
-                raise MixscopeError(f"{name}: expected a mapping of fields")
+                raise SpecError(f"{name}: expected a mapping of fields")
             kwargs[name] = _build(SECTIONS[name], value, f"{name}.")
         else:
             kwargs[name] = _coerce(value, types_[name], prefix + name)
@@ -213,15 +223,15 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise MixscopeError(f"job spec {path} does not exist")
+        raise SpecError(f"job spec {path} does not exist")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
-        raise MixscopeError(f"job spec {path} is not valid YAML{where}") from None
+        raise SpecError(f"job spec {path} is not valid YAML{where}") from None
     if not isinstance(data, dict):
-        raise MixscopeError(f"job spec {path} must be a mapping of fields")
+        raise SpecError(f"job spec {path} must be a mapping of fields")
     # corpus paths are relative to the spec file, so a spec runs from any directory
     corpus = data.get("corpus")
     if isinstance(corpus, dict) and "paths" in corpus:
@@ -247,10 +257,10 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
         if "." in key:
             section, name = key.split(".", 1)
             if section not in SECTIONS:
-                raise MixscopeError(f"unknown section in {key!r}; valid: {', '.join(SECTIONS)}")
+                raise SpecError(f"unknown section in {key!r}; valid: {', '.join(SECTIONS)}")
             out.setdefault(section, {})
             if not isinstance(out[section], dict):
-                raise MixscopeError(f"{section}: expected a mapping of fields")
+                raise SpecError(f"{section}: expected a mapping of fields")
             out[section][name] = value
         else:
             out[key] = value
@@ -264,7 +274,7 @@ def parse_set(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in pairs:
         if "=" not in item:
-            raise MixscopeError(f"--set expects key=value, got {item!r}")
+            raise SpecError(f"--set expects key=value, got {item!r}")
         key, raw = item.split("=", 1)
         try:
             out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
@@ -280,20 +290,31 @@ def build_spec(data: dict[str, Any]) -> JobSpec:
     return spec
 
 
+def _looks_local(model: str) -> bool:
+    """A model named by a filesystem path (absolute, ./, ../, ~), not a hub id."""
+    return model.startswith(("/", "./", "../", "~")) or model in (".", "..")
+
+
 def validate(spec: JobSpec) -> None:
     c, a, r = spec.corpus, spec.analysis, spec.runtime
     checks = [
         (bool(spec.model), "model: required (a directory or hub id)"),
+        (
+            not _looks_local(spec.model) or os.path.isdir(os.path.expanduser(spec.model)),
+            f"model: no such directory {spec.model!r} (a local path; hub ids look like org/name)",
+        ),
         (bool(c.paths), "corpus.paths: required (files, directories or globs)"),
         (
             c.format in ("auto", "text", "jsonl", "parquet"),
             "corpus.format: auto|text|jsonl|parquet",
         ),
         (c.split in ("line", "paragraph"), "corpus.split: line|paragraph"),
+        (c.pair_selection in PAIR_SELECTIONS, "corpus.pair_selection: split|fit"),
         (c.max_doc_bytes > 0, "corpus.max_doc_bytes: must be positive"),
         (c.limit is None or c.limit > 0, "corpus.limit: must be positive"),
         (a.max_length is None or a.max_length >= 4, "analysis.max_length: at least 4"),
         (0 <= a.mask_rate < 1, "analysis.mask_rate: in [0, 1)"),
+        (a.mask_count in MASK_COUNTS, "analysis.mask_count: " + "|".join(MASK_COUNTS)),
         (
             a.dtype in ("float32", "float64", "bfloat16", "float16"),
             "analysis.dtype: float32|float64|bfloat16|float16",
@@ -326,14 +347,14 @@ def validate(spec: JobSpec) -> None:
     ]
     for ok, message in checks:
         if not ok:
-            raise MixscopeError(f"invalid job spec: {message}")
+            raise SpecError(f"invalid job spec: {message}")
     if c.skip_regex:
         import re
 
         try:
             re.compile(c.skip_regex)
         except re.error as exc:
-            raise MixscopeError(f"invalid job spec: corpus.skip_regex: {exc}") from None
+            raise SpecError(f"invalid job spec: corpus.skip_regex: {exc}") from None
 
 
 def load_spec(path: str | None, overrides: dict[str, Any] | None = None) -> JobSpec:

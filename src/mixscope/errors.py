@@ -2,7 +2,17 @@
 
 
 class MixscopeError(Exception):
-    """Bad input or configuration that the user can fix; the message is the whole story."""
+    """Bad input or configuration that the user can fix; the message is the whole story.
+    ``exit_code`` is what the CLI exits with (README: exit codes)."""
+
+    exit_code = 1
+
+
+class SpecError(MixscopeError):
+    """A job spec or flag that is not valid: unknown key, wrong type, bad value. Exit 2,
+    like a usage error."""
+
+    exit_code = 2
 
 
 class UnsupportedArchitectureError(MixscopeError):

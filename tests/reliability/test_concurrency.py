@@ -37,7 +37,7 @@ def test_two_identical_runs_at_once(tiny_bert_dir, tmp_path, clean_run):
 @pytest.mark.scenario(
     "A second driver while the run's lock is held",
     injected="the run lock held by another process (this test) while `mixscope run` starts",
-    checked="the second driver exits 1 with one line naming the holder and commits "
+    checked="the second driver exits 3 with one line naming the holder and commits "
     "nothing; once the holder exits, the same command completes the run",
 )
 def test_second_driver_is_refused_while_the_run_is_held(tiny_bert_dir, tmp_path, clean_run):
@@ -48,7 +48,7 @@ def test_second_driver_is_refused_while_the_run_is_held(tiny_bert_dir, tmp_path,
         proc = driver_process(args, {})
         text, _ = proc.communicate(timeout=300)
     lines = text.decode().strip().splitlines()
-    assert proc.returncode == 1
+    assert proc.returncode == 3  # README: exit codes (3: the run is busy)
     assert lines[-1].startswith(f"Error: run {prep.run_id} is being run by ")
     assert manifest.commits(prep.layout, prep.run_id) == {}
     proc = driver_process(args, {})

@@ -5,6 +5,13 @@ A lease is a file created with O_EXCL (atomic on local and NFSv3+ filesystems) h
 owner and expiry; the holder renews it from a heartbeat thread. Steals of an expired lease,
 renewals and releases all run under a short-lived guard (itself an O_EXCL file) and re-read
 the record under it, so two processes can never both believe they hold a lease.
+
+On an S3 results root (``folder`` an ``s3://`` URI) the same guarantees come from
+conditional requests instead of files: creation is a PUT with ``If-None-Match: *``, and
+every steal, renewal and release is a compare-and-swap on the ETag just read (``If-Match``),
+so no guard object is needed: of two writers that read the same record, one wins and the
+other is told so (412). Endpoints that ignore these headers cannot give this guarantee
+(docs/storage.md).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 #: a guard older than this was left by a crashed process
 GUARD_SECONDS = 30.0
@@ -50,10 +58,14 @@ class Lease:
     """
 
     def __init__(self, folder: str | Path, name: str, ttl: float) -> None:
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / f"{name}.lease"
-        self.guard = self.folder / f"{name}.steal"
+        self._remote: _RemoteLease | None = None
+        if isinstance(folder, str) and "://" in folder:
+            self._remote = _RemoteLease(folder, name)
+        else:
+            self.folder = Path(folder)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.path = self.folder / f"{name}.lease"
+            self.guard = self.folder / f"{name}.steal"
         self.ttl = ttl
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.held = False
@@ -65,6 +77,9 @@ class Lease:
 
     def holder(self) -> dict | None:
         """The current lease record, if any (expired or not)."""
+        if self._remote is not None:
+            got = self._remote.read()
+            return None if got is None else got[0]
         return _read(self.path)
 
     @contextlib.contextmanager
@@ -90,7 +105,10 @@ class Lease:
 
     def acquire(self) -> bool:
         """Take the lease if it is free or expired; start renewing it."""
-        if not (_write_excl(self.path, self._record()) or self._steal_if_expired()):
+        if self._remote is not None:
+            if not self._remote.acquire(self._record()):
+                return False
+        elif not (_write_excl(self.path, self._record()) or self._steal_if_expired()):
             return False
         self.held = True
         self._thread = threading.Thread(target=self._heartbeat, daemon=True, name="lease")
@@ -113,6 +131,10 @@ class Lease:
     def renew(self) -> bool:
         """Push the expiry forward if this lease is still ours; False (and ``held`` False)
         once another holder has it."""
+        if self._remote is not None:
+            if not self._remote.renew(self.owner, self._record()):
+                self.held = False
+            return self.held
         with self._guarded(wait=self.ttl / 3) as guarded:
             if not guarded:
                 return self.held  # the guard is busy: try again at the next beat
@@ -134,8 +156,105 @@ class Lease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._remote is not None:
+            if self.held:
+                self._remote.release(self.owner)
+            self.held = False
+            return
         with self._guarded(wait=5.0) as guarded:
             current = _read(self.path)
             if guarded and current is not None and current.get("owner") == self.owner:
                 self.path.unlink(missing_ok=True)
         self.held = False
+
+
+class _RemoteLease:
+    """The lease record as one object, changed only by conditional requests on S3.
+
+    Other filesystems behind a URI (gs://, fsspec's memory://, …) get the same steps with
+    a content hash for the ETag and check-then-write for the conditions: best effort, as
+    their exclusive creates are (docs/storage.md)."""
+
+    def __init__(self, folder: str, name: str) -> None:
+        from mixscope.store import objectstore
+        from mixscope.store.layout import Layout
+
+        layout = Layout.open(folder)
+        self.store = objectstore if layout.is_s3 else _BestEffortStore(layout)
+        self.uri = folder
+        self.path = f"{layout.base}/{name}.lease"
+
+    def read(self) -> tuple[dict, str] | None:
+        got = self.store.get(self.uri, self.path)
+        if got is None:
+            return None
+        data, etag = got
+        try:
+            return json.loads(data.decode()), etag
+        except ValueError:
+            return {}, etag  # unreadable: treated as expired, replaced by compare-and-swap
+
+    def acquire(self, record: dict) -> bool:
+        data = json.dumps(record).encode()
+        if self.store.put_if_absent(self.uri, self.path, data):
+            return True
+        got = self.read()
+        if got is None:  # released between the two requests: try once more
+            return self.store.put_if_absent(self.uri, self.path, data)
+        current, etag = got
+        if current.get("expires_at", 0) > time.time():
+            return False
+        return self.store.put_if_match(self.uri, self.path, data, etag)
+
+    def renew(self, owner: str, record: dict) -> bool:
+        got = self.read()
+        if got is None or got[0].get("owner") != owner:
+            return False
+        return self.store.put_if_match(self.uri, self.path, json.dumps(record).encode(), got[1])
+
+    def release(self, owner: str) -> None:
+        got = self.read()
+        if got is None or got[0].get("owner") != owner:
+            return
+        try:
+            self.store.delete_if_match(self.uri, self.path, got[1])
+        except NotImplementedError:  # no conditional delete: leave an expired record
+            expired = json.dumps({"owner": owner, "expires_at": 0}).encode()
+            self.store.put_if_match(self.uri, self.path, expired, got[1])
+
+
+class _BestEffortStore:
+    """``objectstore``'s conditional operations, emulated (not atomically) on a Layout."""
+
+    def __init__(self, layout: Any) -> None:
+        self.layout = layout
+
+    def get(self, uri: str, path: str) -> tuple[bytes, str] | None:
+        import hashlib
+
+        try:
+            with self.layout.fs.open_input_stream(path) as f:
+                data = f.read()
+        except (FileNotFoundError, OSError):
+            return None
+        return data, hashlib.sha256(data).hexdigest()
+
+    def put_if_absent(self, uri: str, path: str, data: bytes) -> bool:
+        if self.get(uri, path) is not None:
+            return False
+        self.layout.write_bytes_atomic(path, data)
+        return True
+
+    def put_if_match(self, uri: str, path: str, data: bytes, etag: str) -> bool:
+        got = self.get(uri, path)
+        if got is None or got[1] != etag:
+            return False
+        self.layout.write_bytes_atomic(path, data)
+        return True
+
+    def delete_if_match(self, uri: str, path: str, etag: str) -> bool:
+        got = self.get(uri, path)
+        if got is None or got[1] != etag:
+            return False
+        self.layout.delete(path)
+        return True

@@ -79,8 +79,8 @@ def sync_pass(
 ) -> SyncReport:
     ck = base.checkpoints
     layout = Layout.open(base.out)
-    if not layout.is_local:
-        raise MixscopeError("checkpoints sync needs a local or shared-filesystem results root")
+    if not (layout.is_local or layout.is_s3):
+        raise MixscopeError("checkpoints sync needs a local, shared-filesystem or s3:// root")
     state = CheckpointState(base.out)
     plan = plan_corpus(base.corpus, base.runtime.docs_per_shard)  # fails early on a bad corpus
     if plan.n_docs == 0:

@@ -2,12 +2,14 @@
 
 A document longer than ``max_length`` is split into consecutive segments, each wrapped in
 the tokenizer's own special tokens. A pair that does not fit as one sequence is split the
-same way, first text then second, each as single-text segments (token type 0).
+same way, first text then second, each as single-text segments (token type 0);
+``corpus.pair_selection: fit`` keeps such pairs out of the documents instead
+(``corpus/plan.py``), with :func:`pair_fit_check` as the one test of "fits".
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,9 +84,19 @@ def _single_segments(tokenizer: Any, text: str, max_length: int) -> list[dict]:
     ]
 
 
+def pair_fit_check(tokenizer: Any, max_length: int) -> Callable[[str, str], bool]:
+    """``fits(a, b)``: whether ``(a, b)`` encodes as one sequence of at most ``max_length``
+    tokens, special tokens included (the test :func:`encode_documents` applies)."""
+
+    def fits(a: str, b: str) -> bool:
+        return len(tokenizer(a, b, verbose=False)["input_ids"]) <= max_length
+
+    return fits
+
+
 def _pair_segments(tokenizer: Any, pair: tuple[str, str], max_length: int) -> list[dict]:
     whole = tokenizer(pair[0], pair[1], return_special_tokens_mask=True, return_token_type_ids=True)
-    if len(whole["input_ids"]) <= max_length:
+    if len(whole["input_ids"]) <= max_length:  # the test of pair_fit_check
         return [dict(whole)]
     return _single_segments(tokenizer, pair[0], max_length) + _single_segments(
         tokenizer, pair[1], max_length
@@ -99,6 +111,7 @@ def encode_documents(
     mask_rate: float = 0.0,
     seed: int = 0,
     doc_ids: Sequence[int] | None = None,
+    mask_count: str = "round",
 ) -> list[EncodedSequence]:
     """Tokenize, segment and mask every document; sequences in document then segment order."""
     if mask_rate and tokenizer.mask_token_id is None:
@@ -122,7 +135,7 @@ def encode_documents(
             masked = np.zeros(len(input_ids), dtype=bool)
             original = input_ids.copy() if mask_rate else input_ids
             if mask_rate:
-                pos = mask_positions(special, mask_rate, seed, key, segment)
+                pos = mask_positions(special, mask_rate, seed, key, segment, mask_count)
                 masked[pos] = True
                 input_ids[pos] = tokenizer.mask_token_id
             out.append(

@@ -11,6 +11,26 @@ import math
 
 import numpy as np
 
+#: how the number of masked tokens is counted from ``rate · m`` (``analysis.mask_count``)
+MASK_COUNTS = ("round", "floor")
+
+
+def mask_count(rate: float, m: int, rule: str = "round") -> int:
+    """How many of ``m`` maskable tokens to mask: at least one (when ``m > 0``), at most ``m``.
+
+    ``round``: ``⌊rate · m + ½⌋`` (half up); ``floor``: ``int(rate · m)``, the authors' code
+    (Kobayashi et al. 2021: ``int(len(tokens) * rate)``), then at least one.
+    """
+    if rate <= 0 or m <= 0:
+        return 0
+    if rule == "round":
+        count = math.floor(rate * m + 0.5)
+    elif rule == "floor":
+        count = math.floor(rate * m)
+    else:
+        raise ValueError(f"mask count rule must be one of {MASK_COUNTS}, got {rule!r}")
+    return min(m, max(1, count))
+
 
 def document_key(text: str | tuple[str, str]) -> int:
     """A stable 64-bit key of a document's content (same on every machine and run)."""
@@ -19,15 +39,20 @@ def document_key(text: str | tuple[str, str]) -> int:
 
 
 def mask_positions(
-    special: np.ndarray, rate: float, seed: int, doc_key: int, segment: int
+    special: np.ndarray,
+    rate: float,
+    seed: int,
+    doc_key: int,
+    segment: int,
+    count_rule: str = "round",
 ) -> np.ndarray:
-    """Positions to mask: ``rate`` of the non-special tokens, rounded, at least one.
+    """Positions to mask: ``mask_count(rate, m, count_rule)`` of the ``m`` non-special tokens.
 
     ``special`` is the [seq] boolean special-token mask of one sequence.
     """
     candidates = np.flatnonzero(~special)
-    if rate <= 0 or candidates.size == 0:
+    count = mask_count(rate, int(candidates.size), count_rule)
+    if count == 0:
         return np.empty(0, dtype=np.int64)
-    count = max(1, math.floor(rate * candidates.size + 0.5))
     rng = np.random.default_rng([seed, doc_key, segment])
-    return np.sort(rng.choice(candidates, size=min(count, candidates.size), replace=False))
+    return np.sort(rng.choice(candidates, size=count, replace=False))

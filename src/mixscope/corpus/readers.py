@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from mixscope.config import CorpusSpec
-from mixscope.corpus.sources import compression_of, format_of
+from mixscope.corpus.sources import compression_of, format_of, open_input
 
 # reasons a record is not analysed (counted per run)
 EMPTY = "empty"
@@ -29,6 +29,9 @@ OVERSIZED = "oversized"
 INVALID_JSON = "invalid_json"
 MISSING_FIELD = "missing_field"
 UNPAIRED = "unpaired"
+EMPTY_FILE = "empty_file"  # a file with no document at all (one record per file)
+MISSING_COLUMN = "missing_column"  # a Parquet file without the text column (per file)
+UNREADABLE = "unreadable_file"  # a Parquet file that does not open as Parquet (per file)
 
 _CONTROL = bytes(range(0, 32)).replace(b"\t", b"").replace(b"\n", b"").replace(b"\r", b"")
 _BOM = b"\xef\xbb\xbf"
@@ -46,9 +49,9 @@ class Record:
 
 def _open_binary(path: str) -> io.BufferedIOBase:
     raw = (
-        pa.OSFile(path, "rb")
+        open_input(path)
         if compression_of(path) is None
-        else pa.CompressedInputStream(pa.OSFile(path, "rb"), compression_of(path))
+        else pa.CompressedInputStream(open_input(path), compression_of(path))
     )
     return io.BufferedReader(raw, buffer_size=_CHUNK)  # type: ignore[arg-type]
 
@@ -174,12 +177,15 @@ def _jsonl_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record]:
 def _parquet_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record]:
     import pyarrow.parquet as pq
 
-    from mixscope.errors import MixscopeError
-
-    pf = pq.ParquetFile(path)
+    try:
+        pf = pq.ParquetFile(open_input(path))
+    except (pa.ArrowInvalid, OSError):  # not Parquet (or cut short): one bad record
+        yield Record(0, 0, None, UNREADABLE)
+        return
     names = pf.schema_arrow.names
-    if spec.text_field not in names:
-        raise MixscopeError(f"{path}: no column {spec.text_field!r} (columns: {', '.join(names)})")
+    if spec.text_field not in names or (spec.id_field and spec.id_field not in names):
+        yield Record(0, 0, None, MISSING_COLUMN)
+        return
     columns = [spec.text_field] + ([spec.id_field] if spec.id_field else [])
     row = 0
     for group in range(pf.num_row_groups):
@@ -220,7 +226,11 @@ def iter_records(path: str, spec: CorpusSpec, start: int = 0) -> Iterator[Record
         return
     reader = {"text": _text_records, "jsonl": _jsonl_records, "parquet": _parquet_records}[fmt]
     skip = re.compile(spec.skip_regex) if spec.skip_regex else None
+    seen = False
     for rec in reader(path, spec, start):
+        seen = True
         if rec.text is not None and skip is not None and skip.search(rec.text):
             rec.text, rec.reason = None, SKIPPED_BY_RULE
         yield rec
+    if not seen and start == 0:  # nothing at all in the file: say so, once
+        yield Record(0, 0, None, EMPTY_FILE)

@@ -268,12 +268,14 @@ class MixingEngine:
             release_masks()
             model.train(was_training)
 
-        if any(m is None for m in per_layer):
+        ran = [m for m in per_layer if m is not None]
+        if len(ran) != len(per_layer):
             raise MixscopeError("some blocks did not run; the adapter does not match this model")
-        measures = torch.stack(per_layer, dim=1)  # [measure, layer, batch, seq]
+        measures = torch.stack(ran, dim=1)  # [measure, layer, batch, seq]
         measures = measures.permute(2, 1, 0, 3).contiguous().cpu()  # [batch, layer, measure, seq]
         pair_out = None
         if pairs:
-            stacked = torch.stack(per_layer_pairs, dim=1)  # [measure, layer, batch, seq, seq]
+            maps = [m for m in per_layer_pairs if m is not None]
+            stacked = torch.stack(maps, dim=1)  # [measure, layer, batch, seq, seq]
             pair_out = stacked.permute(2, 1, 0, 3, 4).contiguous().cpu()
         return EngineOutput(measures, pair_out, max(max_err) if max_err else None)

@@ -114,7 +114,7 @@ DISTILBERT = Adapter(
     position_ids=True,
 )
 
-_DECODER = dict(
+_DECODER: dict[str, Any] = dict(
     placement="pre",
     causal=True,
     uses_token_type_ids=False,

@@ -6,10 +6,17 @@
 -- columns: run_id, measure, bin, rank_lo, rank_hi, mean, n
 -- Bin b holds ranks in [10^(b/k), 10^((b+1)/k)) for k = bins_per_decade. Reads token_stats:
 -- the mean of the occurrences' layer averages is Σ values / Σ token-layer rows, n the
--- occurrences (rows of layer 1).
-WITH with_rank AS (
-    SELECT * FROM ranked(token_stats, $reference)   -- helper macro of the views
-    WHERE $run_id IS NULL OR run_id = $run_id
+-- occurrences (rows of layer 1). An occurrence is ranked by its ORIGINAL token
+-- (token_stats.original_id, before masking): a [MASK] occurrence counts at the frequency
+-- rank of the token it replaced, as in the authors' analysis and frequency_correlation.
+WITH by_original AS (  -- token_stats rows under their original token (its string: own counts)
+    SELECT s.run_id, s.original_id AS token_id, f.token, s.layer, s.measure, s.n, s.sum
+    FROM token_stats s LEFT JOIN frequencies f
+        ON f.reference IS NULL AND f.run_id = s.run_id AND f.token_id = s.original_id
+    WHERE $run_id IS NULL OR s.run_id = $run_id
+),
+with_rank AS (
+    SELECT * FROM ranked(by_original, $reference)   -- helper macro of the views
 ),
 binned AS (
     SELECT *, floor(log10(freq_rank) * $bins_per_decade)::INTEGER AS bin FROM with_rank

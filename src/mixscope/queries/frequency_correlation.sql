@@ -14,18 +14,28 @@
 -- s + s^2/2, s^2 = sum c_b (c_b^2 - 1) / (12 sum c_b dy_b^2). frequency_correlation_exact
 -- computes rho from the per-token rows. A derived measure (attnres_w = attn_w / 2) has its
 -- source's ranks, so its source's rho. Tokens missing from a reference table are left out.
-WITH hist AS NOT MATERIALIZED (  -- the stored measures' bins; c2: not [CLS]/[SEP]
-    SELECT run_id, token_id, token, measure, bin, count,
+-- An occurrence is ranked by its ORIGINAL token (token_hist.original_id, before masking):
+-- a [MASK] occurrence counts at the frequency rank of the token it replaced, as in the
+-- authors' analysis (its value is still the one computed at [MASK]); its string, for a
+-- reference keyed by strings, is that token's in the run's own counts. Runs of schema 2
+-- (no original_id) rank by the token as seen, where [MASK] has no count and drops out.
+WITH hist AS NOT MATERIALIZED (  -- the stored measures' bins by original token; c2: not [CLS]/[SEP]
+    SELECT run_id, coalesce(original_id, token_id) AS token_id, measure, bin, count,
         CASE WHEN category IN ('cls', 'sep') THEN 0 ELSE count END AS c2
     FROM token_hist
     WHERE ($run_id IS NULL OR run_id = $run_id)
         AND measure IN ('attn_w', 'attn_n', 'attnres_n', 'attnresln_n')  -- the stored ones
 ),
-per_token AS (  -- occurrences of each token (the same in every measure's histogram)
-    SELECT run_id, token_id, any_value(token) AS token, sum(count) AS c, sum(c2) AS c2
+counts AS (  -- occurrences of each original token (the same in every measure's histogram)
+    SELECT run_id, token_id, sum(count) AS c, sum(c2) AS c2
     FROM hist
     WHERE measure = 'attn_w'
     GROUP BY run_id, token_id
+),
+per_token AS (  -- with the original token's string (the run's own counts name every one)
+    SELECT p.run_id, p.token_id, f.token, p.c, p.c2
+    FROM counts p LEFT JOIN frequencies f
+        ON f.reference IS NULL AND f.run_id = p.run_id AND f.token_id = p.token_id
 ),
 tok AS (
     SELECT run_id, token_id, c, c2, freq_rank AS x

@@ -8,12 +8,21 @@
 -- per measure; then one row per occurrence and stored measure carrying its dx, counted per
 -- distinct value (one hash aggregation for both populations, integer keys) and the
 -- distinct values' cumulative counts (one sort of them). A derived measure has its
--- source's ranks, so its source's rho.
-WITH occ AS (  -- every occurrence with its frequency rank; c2: not [CLS]/[SEP]
+-- source's ranks, so its source's rho. An occurrence is ranked by its ORIGINAL token
+-- (original_id, before masking): a [MASK] occurrence counts at the frequency rank of the
+-- token it replaced, as in the authors' analysis and in frequency_correlation; its string,
+-- for a reference keyed by strings, is that token's in the run's own counts.
+WITH by_original AS (  -- every occurrence under its original token
+    SELECT o.run_id, o.original_id AS token_id, f.token, o.category,
+        o.attn_w, o.attn_n, o.attnres_n, o.attnresln_n
+    FROM occurrences o LEFT JOIN frequencies f
+        ON f.reference IS NULL AND f.run_id = o.run_id AND f.token_id = o.original_id
+    WHERE $run_id IS NULL OR o.run_id = $run_id
+),
+occ AS (  -- every occurrence with its frequency rank; c2: not [CLS]/[SEP]
     SELECT run_id, freq_rank AS x, CASE WHEN category IN ('cls', 'sep') THEN 0 ELSE 1 END AS c2,
         attn_w, attn_n, attnres_n, attnresln_n
-    FROM ranked_occurrences($reference)   -- helper macros of the views
-    WHERE $run_id IS NULL OR run_id = $run_id
+    FROM ranked(by_original, $reference)   -- helper macros of the views
 ),
 xs AS (SELECT run_id, x, count(*) AS cx, sum(c2) AS cx2 FROM occ GROUP BY run_id, x),
 xn AS (

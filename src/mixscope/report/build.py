@@ -66,6 +66,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "run"
 
 
+def _pairs(record: dict[str, Any] | None) -> str:
+    """The run's pair counts (kept, split, skipped) in words; "" without pairs."""
+    from mixscope.runtime.status import pair_counts
+
+    return pair_counts(((record or {}).get("corpus") or {}).get("pairs"))
+
+
 def _short_model(model: str | None) -> str:
     if not model:
         return ""
@@ -163,6 +170,11 @@ class _Report:
             for r in self.runs
         ]
         headers = ["run", "name", "model", "step", "dtype", "documents", "tokens", "status"]
+        pairs = {r["run_id"]: _pairs(self.records.get(r["run_id"])) for r in self.runs}
+        if any(pairs.values()):  # corpus.pairs: pairs kept / split / skipped (corpus/plan.py)
+            headers.append("pairs")
+            for row, r in zip(body, self.runs, strict=True):
+                row.append(pairs[r["run_id"]])
         s.add(H.table(headers, body))
         skipped = [k for k in self.records if k not in {r["run_id"] for r in self.runs}]
         if skipped:

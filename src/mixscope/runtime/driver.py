@@ -6,6 +6,7 @@ run record. The driver is the only writer of commit records and of the run recor
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from mixscope.runtime.executor import make_executor
 from mixscope.runtime.progress import Progress
 from mixscope.runtime.run_lock import run_lock
 from mixscope.stats.consolidate import consolidate
-from mixscope.store import manifest
+from mixscope.store import manifest, verify
 from mixscope.store.layout import Layout
 from mixscope.store.runs import (
     identity_options,
@@ -102,15 +103,21 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
 
     With ``write=False`` (``mixscope validate``) nothing is written under the output root.
     """
-    plan = plan_corpus(spec.corpus, spec.runtime.docs_per_shard)
-    if plan.n_docs == 0:
-        bad = ", ".join(f"{k}: {v}" for k, v in plan.bad.items()) or "no records at all"
-        raise MixscopeError(f"the corpus has no documents to analyse ({bad})")
     from mixscope.models.loading import resolved_max_length
 
     a = spec.analysis
-    # config + tokenizer only: fails on an unsupported family before anything is fingerprinted
-    max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
+    fits = None
+    if spec.corpus.pairs:  # pairs are selected (and counted) with the model's tokenizer
+        max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
+        fits = _pair_fits(spec, max_length)
+    plan = plan_corpus(spec.corpus, spec.runtime.docs_per_shard, fits)
+    if plan.n_docs == 0:
+        bad = ", ".join(f"{k}: {v}" for k, v in plan.bad.items()) or "no records at all"
+        raise MixscopeError(f"the corpus has no documents to analyse ({bad})")
+    if fits is None:
+        # config + tokenizer only: fails on an unsupported family before anything is
+        # fingerprinted
+        max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
     model = model_identity(spec.model, spec.analysis.revision)
     options = identity_options(spec, max_length)
     run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)
@@ -137,6 +144,7 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
                 "n_docs": plan.n_docs,
                 "bad": plan.bad,
                 "bad_examples": plan.bad_examples,
+                "pairs": plan.pairs,  # kept / split / skipped (corpus/plan.py), or None
             },
             "options": options,
             "runtime": {
@@ -161,13 +169,42 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
     return PreparedRun(spec, layout, plan, run_id, record)
 
 
-def run_job(spec: JobSpec, *, show_progress: bool = True) -> RunSummary:
+def _pair_fits(spec: JobSpec, max_length: int) -> Any:
+    """The pair test of ``corpus/plan.py`` with the job's tokenizer and sequence length."""
+    from transformers import AutoTokenizer
+
+    from mixscope.corpus.encode import pair_fit_check
+    from mixscope.models.loading import resolve_source
+
+    source = resolve_source(spec.model)
+    tokenizer = AutoTokenizer.from_pretrained(source, revision=spec.analysis.revision)
+    return pair_fit_check(tokenizer, max_length)
+
+
+def run_job(spec: JobSpec, *, show_progress: bool = True, repair: bool = False) -> RunSummary:
     """Run (or resume) the job; every shard ends committed exactly once or recorded failed.
-    One driver per run at a time (``run_lock``): a second gets ``RunBusyError``."""
+    One driver per run at a time (``run_lock``): a second gets ``RunBusyError``. Results
+    damaged after their commit (``store/verify.py``) stop the run with one line, unless
+    ``repair``: then exactly the affected shards are redone."""
     started = time.time()
     prep = prepare(spec)
     with run_lock(prep.layout, prep.run_id):
+        _check_committed(prep.layout, prep.run_id, repair)
         return _run_locked(prep, started, show_progress)
+
+
+def _check_committed(layout: Layout, run_id: str, repair: bool) -> None:
+    damage = verify.check_run(layout, run_id, deep=repair)
+    if not damage:
+        return
+    if not repair:
+        more = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
+        raise MixscopeError(
+            f"run {run_id} has damaged results ({damage[0]}{more}); "
+            "rerun with --repair to redo exactly the affected shards"
+        )
+    redo = verify.repair(layout, run_id, damage)
+    print(f"mixscope: repair: redoing shard(s) {sorted(redo)} of run {run_id}", file=sys.stderr)
 
 
 def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSummary:

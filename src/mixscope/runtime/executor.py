@@ -54,8 +54,9 @@ class RetryPolicy:
 
     def failure(self, shard_id: int, attempt: int, error: str) -> ShardEvent:
         """The event of a failed attempt: "retry" while attempts are left, else "failed"."""
-        kind = "retry" if self.retries(attempt) else "failed"
-        return ShardEvent(kind, shard_id, attempt, error=error)
+        if self.retries(attempt):
+            return ShardEvent("retry", shard_id, attempt, error=error)
+        return ShardEvent("failed", shard_id, attempt, error=error)
 
 
 #: runtime.executor → "module:Class"

@@ -10,6 +10,7 @@ reported failed while the rest goes on.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections import deque
@@ -24,7 +25,13 @@ from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.executor import RetryPolicy
 from mixscope.runtime.worker import ShardWorker
 
-FORWARDED_ENV = (faults.ENV, "HF_HUB_OFFLINE", "HF_HOME", "HF_TOKEN", "TRANSFORMERS_VERBOSITY")
+FORWARDED_ENV: tuple[str, ...] = (
+    faults.ENV,
+    "HF_HUB_OFFLINE",
+    "HF_HOME",
+    "HF_TOKEN",
+    "TRANSFORMERS_VERBOSITY",
+)
 # object-store roots and corpora (docs/storage.md): the workers write and read them too
 FORWARDED_ENV += tuple(
     f"AWS_{k}"
@@ -49,7 +56,7 @@ def ensure_ray(address: str | None) -> Any:
             include_dashboard=False if address == "local" else None,
             ignore_reinit_error=True,
             log_to_driver=True,
-            logging_level="WARNING",
+            logging_level=logging.WARNING,
         )
     except ConnectionError as exc:
         raise MixscopeError(f"cannot reach the Ray cluster at {address}: {exc}") from None

@@ -30,7 +30,9 @@ TTL = 60.0
 
 
 class RunBusyError(MixscopeError):
-    """Another driver holds the run."""
+    """Another driver holds the run (exit 3: try again later)."""
+
+    exit_code = 3
 
 
 def _holder_text(info: dict) -> str:

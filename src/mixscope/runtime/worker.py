@@ -67,6 +67,7 @@ class ShardWorker:
             mask_rate=a.mask_rate,
             seed=a.seed,
             doc_ids=[d.doc_id for d in docs],
+            mask_count=a.mask_count,
         )
 
     def process(self, shard: dict[str, Any] | Shard) -> dict[str, Any]:

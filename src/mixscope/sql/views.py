@@ -105,7 +105,7 @@ def _detail_views(con: Any, source: str, missing: str | None) -> None:
     # paper's frequency analysis)
     con.execute(
         "CREATE VIEW occurrences AS SELECT run_id, doc_id, segment, position, token_id, token, "
-        f"{category} AS category, {averaged} FROM {source} d"
+        f"{category} AS category, {averaged}, original_id FROM {source} d"
     )
 
 
@@ -124,7 +124,10 @@ def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> N
     parts = []
     if files.consolidated:
         parts.append(
-            f"SELECT run_id, {columns} FROM read_parquet({_sql_list(files.consolidated)}, {HIVE})"
+            # union_by_name: a column added by a later schema (token_hist.original_id, 3)
+            # reads NULL in an older run's files
+            f"SELECT run_id, {columns} FROM read_parquet({_sql_list(files.consolidated)}, "
+            f"{HIVE}, union_by_name = true)"
         )
     if files.merging:
         parts.append(
@@ -304,6 +307,21 @@ def _run_row(r: dict[str, Any]) -> tuple:
     )
 
 
+def _refuse_damaged(layout: Layout, run_ids: list[str]) -> None:
+    """Never answer from part of a run: a committed file missing or truncated (or a commit
+    record that no longer parses) is an error naming it (``store/verify.py``)."""
+    from mixscope.store.verify import check_run
+
+    for run_id in run_ids:
+        damage = check_run(layout, run_id)
+        if damage:
+            more = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
+            raise MixscopeError(
+                f"run {run_id} has damaged results ({damage[0]}{more}): queries would "
+                "miss part of it; `mixscope run … --repair` redoes the affected shards"
+            )
+
+
 def connect(
     root: str,
     *,
@@ -320,18 +338,26 @@ def connect(
     import duckdb
 
     layout = Layout.open(root)
-    if not layout.is_local:
+    if not (layout.is_local or layout.is_s3):
         raise MixscopeError(
-            "SQL over object-store roots is not supported yet; sync to a local path"
+            "SQL over this kind of root is not supported: use a local path or s3://"
         )
     con = duckdb.connect(":memory:")
+    if layout.is_s3:  # before the settings lock: httpfs if installed, else s3fs
+        from mixscope.store import objectstore
+
+        objectstore.duckdb_attach(con, root)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     if memory_limit:
         con.execute(f"SET memory_limit = {_quote(memory_limit)}")
     runs = [r for r in list_runs(layout) if run_ids is None or r["run_id"] in run_ids]
+    _refuse_damaged(layout, [r["run_id"] for r in runs])
     stats = consolidation.sources(layout, run_ids)
-    detail = manifest.committed_files(layout, "tokens", run_ids)
+    for files in stats.values():  # as DuckDB names them (s3://… on S3 roots)
+        files.consolidated = [layout.uri(p) for p in files.consolidated]
+        files.merging = [layout.uri(p) for p in files.merging]
+    detail = [layout.uri(p) for p in manifest.committed_files(layout, "tokens", run_ids)]
     missing = None
     if not detail and runs:
         modes = sorted({_detail_mode(r) for r in runs})
@@ -357,7 +383,7 @@ def connect(
     for name, path in reference_files(layout).items():
         parts.append(
             f"SELECT NULL::VARCHAR AS run_id, {_quote(name)} AS reference, token_id, token, "
-            f"count FROM read_parquet({_quote(path)})"
+            f"count FROM read_parquet({_quote(layout.uri(path))})"
         )
     if not parts:
         parts.append(
@@ -385,7 +411,7 @@ def connect(
         + ") AS m(ord, measure, source)"
     )
     if read_only:
-        con.execute(f"SET allowed_directories = [{_quote(layout.base + '/')}]")
+        con.execute(f"SET allowed_directories = [{_quote(layout.uri(layout.base) + '/')}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET autoinstall_known_extensions = false")
         con.execute("SET autoload_known_extensions = false")

@@ -228,7 +228,7 @@ def sequence_moments(block: TokenBlock, v64: np.ndarray) -> dict[str, np.ndarray
     present = np.flatnonzero(counts)
     means = sums.reshape(N_MEAS, L, G)[:, :, present] / counts[present]  # [m, layer, group]
     cats = present % N_CAT
-    out = {"sequences": np.zeros(N_CAT + 1, np.int64)}
+    out: dict[str, np.ndarray] = {"sequences": np.zeros(N_CAT + 1, np.int64)}
     out["sequences"][:N_CAT] = np.bincount(cats, minlength=N_CAT)
     out["sequences"][N_CAT] = len(seqs)
     for name, power in (("seq_sum", 1), ("seq_sumsq", 2)):
@@ -253,7 +253,7 @@ class ShardStatistics:
         self.vocab = vocab
         self.layers = 0
         self._tokens = TokenMoments()
-        self._hist_groups = KeyIndex()  # (token id, category) → compact id
+        self._hist_groups = KeyIndex()  # (token id, original id, category) → compact id
         self._hist_group_of = np.zeros(0, np.int64)  # [token key id] its histogram group
         self._hist_buffer: list[np.ndarray] = []
         self._hist_buffered = 0
@@ -287,7 +287,7 @@ class ShardStatistics:
         known = len(self._hist_group_of)
         if len(self._tokens.index) > known:  # new token keys: their histogram groups
             keys = self._tokens.index.keys[known:]
-            groups = (keys >> 35) * N_CAT + (keys & 7)
+            groups = (keys >> 7) * N_CAT + (keys & 7)  # (token id, original id), category
             uniq, inverse = np.unique(groups, return_inverse=True)
             new = self._hist_groups.ids(uniq)[inverse]
             self._hist_group_of = np.concatenate([self._hist_group_of, new])
@@ -404,7 +404,8 @@ class ShardStatistics:
         )
 
     def _token_hist(self) -> pa.Table:
-        """Rows sorted by (token id, category, measure, bin): groups renumbered by key."""
+        """Rows sorted by (token id, original id, category, measure, bin): groups renumbered
+        by key."""
         groups = self._hist_groups.keys
         rank = np.empty(len(groups), np.int64)
         by_key = np.argsort(groups)
@@ -414,11 +415,12 @@ class ShardStatistics:
         self._hist_groups.ids(groups[by_key])
         self._hist_group_of = rank[self._hist_group_of]
         group = groups[by_key][hk // (N_MEAS * HIST_BINS)]
-        ids = group // N_CAT
+        ids = group // N_CAT >> 28  # the group: ((token id << 28) | original id) · N_CAT + cat
         return _table(
             TOKEN_HIST,
             {
                 "token_id": ids,
+                "original_id": (group // N_CAT) & ((1 << 28) - 1),
                 "category": group % N_CAT,
                 "measure": (hk // HIST_BINS) % N_MEAS,
                 "bin": hk % HIST_BINS,

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixscope.store import manifest
-from mixscope.store.layout import Layout
+from mixscope.store.layout import CorruptRecordError, Layout
 from mixscope.store.runs import now
 from mixscope.store.schema import EXACT_LIMBS, EXACT_LO_BITS, EXACT_SCALE_BITS, STATS, StatsKind
 
@@ -53,7 +53,10 @@ class Generation:
 def latest(layout: Layout, run_id: str) -> Generation:
     """The newest consolidation of the run (generation 0, covering nothing, if none)."""
     for path in reversed(layout.list_files(layout.consolidation_dir(run_id), ".json")):
-        rec = layout.read_json(path)
+        try:
+            rec = layout.read_json(path)
+        except CorruptRecordError:  # damaged: store/verify.py finds the files it named
+            continue
         if rec is not None:
             return Generation.from_dict(rec)
     return Generation()

@@ -13,6 +13,11 @@
 Data folders are hive-partitioned by ``run_id`` so pandas, polars, DuckDB and Spark read
 them directly; the ``_mixscope`` folder starts with ``_`` so dataset readers skip it.
 Temporary files start with ``.`` and end in ``.tmp``: no ``*.parquet`` glob ever sees one.
+
+On S3 roots (``s3://bucket/prefix``) there is no rename and no temporary name: each file is
+one PUT under its final name (atomic: the whole object or none), data files before the
+commit record that names them, and exclusive creates are conditional PUTs
+(``If-None-Match: *``); see store/objectstore.py and docs/storage.md.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from mixscope.errors import MixscopeError
 from mixscope.store.atomic import temp_name
 
 KINDS = ("tokens", "documents")  # per-shard data; the statistics kinds are store.schema.STATS
@@ -55,6 +61,10 @@ def open_root(root: str) -> tuple[pafs.FileSystem, str]:
     return fs, path.rstrip("/")
 
 
+class CorruptRecordError(MixscopeError):
+    """A record (commit, run, plan, consolidation) that no longer parses."""
+
+
 @dataclass
 class Layout:
     root: str
@@ -69,6 +79,17 @@ class Layout:
     @property
     def is_local(self) -> bool:
         return isinstance(self.fs, pafs.LocalFileSystem)
+
+    @property
+    def is_s3(self) -> bool:
+        """An S3 (or S3-compatible) root: single-object PUTs, conditional writes."""
+        return isinstance(self.fs, pafs.S3FileSystem)
+
+    def uri(self, path: str) -> str:
+        """``path`` as other readers (DuckDB, s3fs) name it: ``s3://bucket/key`` on S3."""
+        if self.is_s3 and "://" not in path:
+            return "s3://" + path.lstrip("/")
+        return path
 
     def data_dir(self, kind: str, run_id: str) -> str:
         return f"{self.base}/{kind}/run_id={run_id}"
@@ -121,7 +142,15 @@ class Layout:
     # -- small atomic primitives -------------------------------------------------------
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
-        """Write to a hidden temporary name in the same folder, then rename over ``path``."""
+        """Write to a hidden temporary name in the same folder, then rename over ``path``.
+
+        S3: one PUT under the final name, atomic by itself (a rename there would be a copy
+        and a delete, neither atomic nor cheaper); no folder markers are created.
+        """
+        if self.is_s3:
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
         self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         tmp = temp_name(path)
         try:
@@ -140,9 +169,14 @@ class Layout:
         """Create ``path`` with ``obj`` unless it exists; False if someone else created it.
 
         Local roots: a complete temporary file hard-linked to the name (atomic, exclusive).
-        Object stores have no exclusive create here: checked, then written (best effort).
+        S3: a conditional PUT (``If-None-Match: *``), atomic and exclusive where the
+        endpoint honours it. Other object stores: checked, then written (best effort).
         """
         data = json.dumps(obj, indent=1, sort_keys=True).encode()
+        if self.is_s3:
+            from mixscope.store import objectstore
+
+            return objectstore.put_if_absent(self.root, path, data)
         if not self.is_local:
             if self.read_json(path) is not None:
                 return False
@@ -164,15 +198,22 @@ class Layout:
         return True
 
     def read_json(self, path: str) -> Any | None:
+        """The record at ``path``; None if there is none; ``CorruptRecordError`` if it is
+        not valid JSON (truncated or overwritten after it was written)."""
         try:
             with self.fs.open_input_stream(path) as f:
-                return json.loads(f.read().decode())
+                data = f.read()
         except FileNotFoundError:
             return None
         except OSError as exc:  # some filesystems raise OSError for missing files
             if "not found" in str(exc).lower() or "no such file" in str(exc).lower():
                 return None
             raise
+        try:
+            return json.loads(data.decode())
+        except ValueError:
+            where = self.relative(path)
+            raise CorruptRecordError(f"{where}: not valid JSON (truncated?)") from None
 
     def list_files(self, folder: str, suffix: str = "") -> list[str]:
         selector = pafs.FileSelector(folder, allow_not_found=True)
@@ -191,6 +232,11 @@ class Layout:
         )
 
     def delete(self, path: str) -> None:
+        if self.is_s3:  # a plain DELETE: pyarrow's would leave a folder marker behind
+            from mixscope.store import objectstore
+
+            objectstore.delete(self.root, path)
+            return
         try:
             self.fs.delete_file(path)
         except FileNotFoundError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixscope.store.layout import Layout
+from mixscope.store.layout import CorruptRecordError, Layout
 
 
 def commit_shard(layout: Layout, run_id: str, result: dict[str, Any]) -> None:
@@ -26,23 +26,27 @@ def record_failure(layout: Layout, run_id: str, shard_id: int, error: str, attem
     )
 
 
-def commits(layout: Layout, run_id: str) -> dict[int, dict[str, Any]]:
-    """shard_id → commit record, for every committed shard of the run."""
+def _records(layout: Layout, folder: str) -> dict[int, dict[str, Any]]:
+    """shard_id → record of every readable record in ``folder``; one that no longer parses
+    is left out here and reported as damage by ``store/verify.py``."""
     out: dict[int, dict[str, Any]] = {}
-    for path in layout.list_files(f"{layout.run_dir(run_id)}/commits", ".json"):
-        rec = layout.read_json(path)
+    for path in layout.list_files(folder, ".json"):
+        try:
+            rec = layout.read_json(path)
+        except CorruptRecordError:
+            continue
         if rec is not None:
             out[int(rec["shard_id"])] = rec
     return out
+
+
+def commits(layout: Layout, run_id: str) -> dict[int, dict[str, Any]]:
+    """shard_id → commit record, for every committed shard of the run."""
+    return _records(layout, f"{layout.run_dir(run_id)}/commits")
 
 
 def failures(layout: Layout, run_id: str) -> dict[int, dict[str, Any]]:
-    out: dict[int, dict[str, Any]] = {}
-    for path in layout.list_files(f"{layout.run_dir(run_id)}/failures", ".json"):
-        rec = layout.read_json(path)
-        if rec is not None:
-            out[int(rec["shard_id"])] = rec
-    return out
+    return _records(layout, f"{layout.run_dir(run_id)}/failures")
 
 
 def committed_files_by_kind(

@@ -24,7 +24,7 @@ def identity_options(spec: JobSpec, max_length: int) -> dict[str, Any]:
     sequence length (``models.loading.resolved_max_length``), not the requested one, so a
     spec that leaves it to the model and one that names the model's limit are one run."""
     c, a, o = spec.corpus, spec.analysis, spec.output
-    return {
+    options: dict[str, Any] = {
         "corpus": {
             "format": c.format,
             "split": c.split,
@@ -47,6 +47,13 @@ def identity_options(spec: JobSpec, max_length: int) -> dict[str, Any]:
         },
         "schema_version": SCHEMA_VERSION,
     }
+    # options added later enter the identity only when not their default, so the runs
+    # written before they existed keep their ids
+    if c.pair_selection != "split":
+        options["corpus"]["pair_selection"] = c.pair_selection
+    if a.mask_count != "round":
+        options["analysis"]["mask_count"] = a.mask_count
+    return options
 
 
 def run_id_for(model_fingerprint: str, corpus_fingerprint: str, options: dict[str, Any]) -> str:

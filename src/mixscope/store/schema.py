@@ -1,13 +1,17 @@
 """The explicit, versioned Arrow schemas of everything a job writes, in one place.
 
 Readers (pandas, polars, DuckDB, Spark) rely on these names and types; bump
-``SCHEMA_VERSION`` on any change and say what changed.
+``SCHEMA_VERSION`` (in ``mixscope/_version.py``) on any change and say here what changed.
 
 - 1: one long row per token per layer (``TOKENS_SCHEMA``).
 - 2: statistics first. Every shard writes sufficient statistics (``STATS``); per-token
   detail is optional (``output.detail``) and compact: one row per token, each stored
   measure a list over layers (``detail_schema``); ``attnres_w`` is not stored, it is
   exactly ``attn_w / 2`` and derived by the readers.
+- 3: ``token_hist`` is keyed by ``original_id`` too (token id as seen, original id,
+  category, measure, bin), so a masked occurrence's histogram counts can be attributed to
+  the token it replaced (the frequency queries rank it by that token). Readers of schema-2
+  runs see ``original_id`` NULL there (``coalesce(original_id, token_id)``).
 
 The measure lists below are the only ones: the SQL views and the statistics are
 generated from them, so adding a measure is one edit here (and one in the engine).
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+from mixscope._version import SCHEMA_VERSION
 
 #: the five measures of the paper, in the order every table and query uses
 MEASURE_COLUMNS = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
@@ -205,12 +209,14 @@ TOKEN_HIST = StatsKind(
     "token_hist",
     (
         ("token_id", pa.int32()),
+        ("original_id", pa.int32()),
         ("category", pa.int8()),
         ("measure", pa.int8()),
         ("bin", pa.int16()),
     ),
     (("token", pa.string(), "min"), *_HIST),
-    "per token id × category × stored measure: histogram of the layer-averaged occurrence value",
+    "per token id (as seen) × original id (before masking) × category × stored measure: "
+    "histogram of the layer-averaged occurrence value",
 )
 LAYER_HIST = StatsKind(
     "layer_hist",
