@@ -91,27 +91,35 @@ def test_cli_run_prints_sql_summary_and_bad_inputs(ray_local, tiny_bert_dir, tmp
     run_dir = next((tmp_path / "o" / "_mixscope" / "runs").iterdir())
     record = json.loads((run_dir / "run.json").read_text())
     assert record["corpus"]["n_docs"] == 3
-    assert record["corpus"]["bad"] == {"binary": 1, "invalid_utf8": 1, "oversized": 1}
+    assert record["corpus"]["bad"] == {
+        "binary": 1,
+        "invalid_utf8": 1,
+        "oversized": 1,
+        "empty_file": 1,
+    }
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "code", "message"),
     [
-        (["run", "--model", "m", "--out", "o"], "corpus.paths: required"),
+        (["run", "--model", "m", "--out", "o"], 2, "corpus.paths: required"),
         (
             ["run", "--corpus", "/no/such/dir", "--out", "o"],
+            1,
             "corpus path /no/such/dir does not exist",
         ),
-        (["run", "jobs/nope.yaml"], "job spec jobs/nope.yaml does not exist"),
+        (["run", "jobs/nope.yaml"], 2, "job spec jobs/nope.yaml does not exist"),
         (
             ["run", "--corpus", __file__, "--set", "runtime.workers=0"],
+            2,
             "runtime.workers: at least 1",
         ),
     ],
 )
-def test_cli_errors(args, message):
+def test_cli_errors(args, code, message):
+    """Exit 2 for a bad spec or flag, 1 for other errors (README: exit codes)."""
     result = CliRunner().invoke(main, args)
-    assert result.exit_code == 1 and message in result.output
+    assert result.exit_code == code and message in result.output
     assert "Traceback" not in result.output
 
 
