@@ -132,31 +132,20 @@ def test_half_written_checkpoints_wait(training):
     assert {o.step: o.status for o in sync_pass(spec, source=str(train)).outcomes}[700] == "done"
 
 
+def sync_process(train: Path, probe: Path, out: Path, *sets: str) -> subprocess.Popen:
+    """``mixscope checkpoints sync`` of the tiny training folder as its own process (text
+    output captured); ``sets`` are extra ``--set key=value`` overrides."""
+    args = [sys.executable, "-m", "mixscope.cli", "checkpoints", "sync"]
+    args += ["--source", str(train), "--corpus", str(probe), "--out", str(out)]
+    args += ["--max-length", "32", "--set", "runtime.executor=local", "--set", "name=tiny-train"]
+    for item in sets:
+        args += ["--set", item]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def test_two_syncs_at_once_analyse_each_checkpoint_once(training):
     train, probe, out = training
-    args = [
-        sys.executable,
-        "-m",
-        "mixscope.cli",
-        "checkpoints",
-        "sync",
-        "--source",
-        str(train),
-        "--corpus",
-        str(probe),
-        "--out",
-        str(out),
-        "--max-length",
-        "32",
-        "--set",
-        "runtime.executor=local",
-        "--set",
-        "name=tiny-train",
-    ]
-    procs = [
-        subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for _ in range(2)
-    ]
+    procs = [sync_process(train, probe, out) for _ in range(2)]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
     runs = list((out / "_mixscope" / "runs").iterdir())

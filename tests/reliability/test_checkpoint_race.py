@@ -5,44 +5,22 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
-from test_checkpoints import save_checkpoint
+from test_checkpoints import save_checkpoint, sync_process
 
 
 def _sync(train, probe, out) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mixscope.cli",
-            "checkpoints",
-            "sync",
-            "--source",
-            str(train),
-            "--corpus",
-            str(probe),
-            "--out",
-            str(out),
-            "--max-length",
-            "32",
-            "--set",
-            "runtime.executor=local",
-            "--set",
-            "name=tiny-train",
-            "--set",
-            "checkpoints.lease_seconds=1.5",  # expires while the holder is stopped
-            "--set",
-            "checkpoints.backoff_seconds=0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    return sync_process(
+        train,
+        probe,
+        out,
+        "checkpoints.lease_seconds=1.5",  # expires while the holder is stopped
+        "checkpoints.backoff_seconds=0",
     )
 
 
