@@ -23,13 +23,16 @@ from mixscope.store.schema import DETAIL_MODES, PRECISIONS
 #: how consecutive documents become pairs (``corpus.pair_selection``, corpus/plan.py)
 PAIR_SELECTIONS = ("split", "fit")
 
+#: ``corpus.format``: auto (from the suffix), readers (corpus/readers.py), hf (corpus/hf.py)
+CORPUS_FORMATS = ("auto", "text", "jsonl", "parquet", "hf")
+
 
 @dataclass(frozen=True)
 class CorpusSpec:
     """Where the documents are and how to read them."""
 
     paths: tuple[str, ...] = ()  # files, directories or globs
-    format: str = "auto"  # auto | text | jsonl | parquet
+    format: str = "auto"  # auto | text | jsonl | parquet | hf (Hugging Face datasets)
     split: str = "line"  # text: one document per line, or "paragraph" (blank-line separated)
     pairs: bool = False  # consecutive documents as (A, B) pairs, as in the paper's data
     # pairs: "split" (A, B), (C, D), …, a pair longer than max_length split into single
@@ -40,6 +43,13 @@ class CorpusSpec:
     skip_regex: str | None = None  # documents matching this are skipped by rule (e.g. headings)
     max_doc_bytes: int = 1_000_000  # longer documents are counted as "oversized", not analysed
     limit: int | None = None  # analyse only the first N documents (after skipping)
+    # format hf (corpus/hf.py): a hub dataset by name (instead of paths; paths name a local
+    # save_to_disk directory or Arrow files), its config, split (default train: also picks
+    # the split of a saved DatasetDict) and revision (a commit pins the documents)
+    dataset: str | None = None
+    dataset_config: str | None = None
+    dataset_split: str | None = None
+    dataset_revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -303,10 +313,33 @@ def validate(spec: JobSpec) -> None:
             not _looks_local(spec.model) or os.path.isdir(os.path.expanduser(spec.model)),
             f"model: no such directory {spec.model!r} (a local path; hub ids look like org/name)",
         ),
-        (bool(c.paths), "corpus.paths: required (files, directories or globs)"),
         (
-            c.format in ("auto", "text", "jsonl", "parquet"),
-            "corpus.format: auto|text|jsonl|parquet",
+            bool(c.paths) or bool(c.dataset),
+            "corpus.paths: required (files, directories or globs; or corpus.dataset)",
+        ),
+        (
+            c.format in CORPUS_FORMATS,
+            "corpus.format: " + "|".join(CORPUS_FORMATS),
+        ),
+        (
+            c.format == "hf"
+            or not (c.dataset or c.dataset_config or c.dataset_split or c.dataset_revision),
+            "corpus.dataset: only with corpus.format: hf (also dataset_config, dataset_split, "
+            "dataset_revision)",
+        ),
+        (
+            not (c.dataset and c.paths),
+            "corpus.dataset: a hub dataset replaces corpus.paths, give one of them "
+            "(a local dataset directory goes in corpus.paths)",
+        ),
+        (
+            bool(c.dataset) or not (c.dataset_config or c.dataset_revision),
+            "corpus.dataset_config: only for a hub dataset (corpus.dataset; also "
+            "dataset_revision)",
+        ),
+        (
+            all(v is None or v.strip() for v in (c.dataset, c.dataset_config, c.dataset_split)),
+            "corpus.dataset: empty name (also dataset_config, dataset_split)",
         ),
         (c.split in ("line", "paragraph"), "corpus.split: line|paragraph"),
         (c.pair_selection in PAIR_SELECTIONS, "corpus.pair_selection: split|fit"),

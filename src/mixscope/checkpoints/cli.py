@@ -217,7 +217,13 @@ def list_(root: str, source: str | None, job: str | None) -> None:
     from mixscope.config import load_spec
     from mixscope.format import aligned_table
 
-    base = load_spec(job, {"corpus.paths": ["-"]}) if job else None
+    # only the checkpoints section matters here: a placeholder corpus passes validation
+    # whatever the job's corpus is (files or a hub dataset)
+    no_corpus = {"corpus.paths": ["-"], "corpus.format": "text"} | {
+        f"corpus.{k}": None
+        for k in ("dataset", "dataset_config", "dataset_split", "dataset_revision")
+    }
+    base = load_spec(job, no_corpus) if job else None
     rows = list_checkpoints(root, source, base)
     if not rows:
         raise MixscopeError(

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from mixscope.config import CorpusSpec
+from mixscope.corpus.hf import hf_sources, hub_digest, is_hub
 from mixscope.corpus.readers import UNPAIRED, Record, iter_records
 from mixscope.corpus.sources import expand_paths, open_input
 
@@ -107,6 +108,8 @@ class Document:
 
 def file_digest(path: str) -> str:
     """Content hash of a file as stored (compressed bytes for compressed files)."""
+    if is_hub(path):  # a hub dataset (corpus/hf.py): name, config, split, resolved commit
+        return hub_digest(path)
     h = hashlib.blake2b(digest_size=16)
     with open_input(path) as f:
         while chunk := f.read(1 << 22):
@@ -188,7 +191,7 @@ def plan_corpus(spec: CorpusSpec, docs_per_shard: int, fits: PairFits | None = N
     ``split``. Without it the pairs are taken two by two and not counted (what
     ``checkpoints sync`` needs: the fingerprint and an early check of the files).
     """
-    files = expand_paths(spec.paths)
+    files = hf_sources(spec) if spec.format == "hf" else expand_paths(spec.paths)
     bad: Counter = Counter()
     examples: list[dict] = []
     shards: list[Shard] = []

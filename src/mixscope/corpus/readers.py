@@ -3,7 +3,7 @@
 A record is a candidate document. Bad input never crashes a job and is never silently
 dropped: each rejected record carries a reason that the planner counts and the run records.
 Offsets are byte offsets in the (decompressed) stream for text and JSONL, row numbers for
-Parquet, so a shard can be re-read exactly.
+Parquet and Hugging Face datasets (``corpus/hf.py``), so a shard can be re-read exactly.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -28,6 +28,7 @@ BINARY = "binary"
 OVERSIZED = "oversized"
 INVALID_JSON = "invalid_json"
 MISSING_FIELD = "missing_field"
+NOT_TEXT = "not_text"  # a dataset's text value that is not a string (a number, a list)
 UNPAIRED = "unpaired"
 EMPTY_FILE = "empty_file"  # a file with no document at all (one record per file)
 MISSING_COLUMN = "missing_column"  # a Parquet file without the text column (per file)
@@ -40,7 +41,7 @@ _CHUNK = 1 << 20
 
 @dataclass
 class Record:
-    offset: int  # byte offset of the record (text/JSONL) or row number (Parquet)
+    offset: int  # byte offset of the record (text/JSONL) or row number (Parquet, hf)
     end: int  # offset just past the record
     text: str | None  # None when rejected
     reason: str | None = None  # why it was rejected
@@ -95,7 +96,7 @@ def _lines(path: str, start: int, cap: int) -> Iterator[tuple[int, int, bytes | 
             yield offset, pos, line.rstrip(b"\r\n")
 
 
-def _decode(raw: bytes, cap: int) -> tuple[str | None, str | None]:
+def decode_text(raw: bytes, cap: int) -> tuple[str | None, str | None]:
     """(text, None) or (None, reason) for one candidate document's bytes."""
     if len(raw) > cap:
         return None, OVERSIZED
@@ -121,7 +122,7 @@ def _text_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record]:
                 continue
             if not line.strip():
                 continue  # blank lines separate documents: skipped by rule, not counted
-            text, reason = _decode(line, cap)
+            text, reason = decode_text(line, cap)
             yield Record(offset, end, text, reason)
         return
     # paragraphs: runs of non-blank lines, separated by blank lines
@@ -148,7 +149,7 @@ def _text_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record]:
 def _paragraph(buf: list[bytes], start: int, end: int, cap: int, oversized: bool) -> Record:
     if oversized:
         return Record(start, end, None, OVERSIZED)
-    text, reason = _decode(b"\n".join(buf), cap)
+    text, reason = decode_text(b"\n".join(buf), cap)
     return Record(start, end, text, reason)
 
 
@@ -169,7 +170,7 @@ def _jsonl_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record]:
         if not isinstance(value, str):
             yield Record(offset, end, None, MISSING_FIELD)
             continue
-        text, reason = _decode(value.encode("utf-8"), cap)
+        text, reason = decode_text(value.encode("utf-8"), cap)
         ext = obj.get(spec.id_field) if spec.id_field else None
         yield Record(offset, end, text, reason, None if ext is None else str(ext))
 
@@ -204,7 +205,7 @@ def _parquet_records(path: str, spec: CorpusSpec, start: int) -> Iterator[Record
             if not isinstance(value, str):
                 yield Record(r, r + 1, None, MISSING_FIELD)
                 continue
-            text, reason = _decode(value.encode("utf-8"), spec.max_doc_bytes)
+            text, reason = decode_text(value.encode("utf-8"), spec.max_doc_bytes)
             yield Record(r, r + 1, text, reason, None if ids[k] is None else str(ids[k]))
         row += n
 
@@ -221,10 +222,19 @@ def iter_records(path: str, spec: CorpusSpec, start: int = 0) -> Iterator[Record
     A binary file is one record with reason ``binary`` (it is not read line by line).
     """
     fmt = format_of(path, spec.format)
-    if fmt != "parquet" and looks_binary(path):
+    if fmt in ("text", "jsonl") and looks_binary(path):
         yield Record(0, 0, None, BINARY)
         return
-    reader = {"text": _text_records, "jsonl": _jsonl_records, "parquet": _parquet_records}[fmt]
+    readers: dict[str, Callable[[str, CorpusSpec, int], Iterator[Record]]] = {
+        "text": _text_records,
+        "jsonl": _jsonl_records,
+        "parquet": _parquet_records,
+    }
+    if fmt == "hf":
+        from mixscope.corpus.hf import hf_records  # imports datasets: only for hf corpora
+
+        readers["hf"] = hf_records
+    reader = readers[fmt]
     skip = re.compile(spec.skip_regex) if spec.skip_regex else None
     seen = False
     for rec in reader(path, spec, start):
