@@ -334,8 +334,7 @@ def validate(spec: JobSpec) -> None:
         ),
         (
             bool(c.dataset) or not (c.dataset_config or c.dataset_revision),
-            "corpus.dataset_config: only for a hub dataset (corpus.dataset; also "
-            "dataset_revision)",
+            "corpus.dataset_config: only for a hub dataset (corpus.dataset; also dataset_revision)",
         ),
         (
             all(v is None or v.strip() for v in (c.dataset, c.dataset_config, c.dataset_split)),
