@@ -155,6 +155,7 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
     from mixscope.stats.consolidate import consolidate
     from mixscope.store.layout import Layout
     from mixscope.store.manifest import commit_shard
+    from mixscope.store.records import CommitRecord
     from mixscope.store.runs import now, write_run
     from mixscope.store.schema import SCHEMA_VERSION
 
@@ -202,23 +203,18 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
         t2 = time.perf_counter()
         gen_s += t1 - t0
         host_s += t2 - t1
-        commit_shard(
-            layout,
-            run_id,
-            {
-                "run_id": run_id,
-                "shard_id": shard_id,
-                "docs": count,
-                "sequences": count,
-                "tokens": results.tokens,
-                "rows": results.rows,
-                "detail_rows": results.detail_rows,
-                "files": files,
-                "attempt": 1,
-                "committed_at": now(),
-                "seconds": round(t2 - t1, 3),
-            },
-        )
+        result = {
+            "run_id": run_id,
+            "shard_id": shard_id,
+            "docs": count,
+            "sequences": count,
+            "tokens": results.tokens,
+            "rows": results.rows,
+            "detail_rows": results.detail_rows,
+            "files": files,
+            "seconds": round(t2 - t1, 3),
+        }
+        commit_shard(layout, run_id, CommitRecord.from_result(result, 1, now()))
         total["rows"] += results.rows
         total["tokens"] += results.tokens
         total["detail"] += files["tokens"]["bytes"]

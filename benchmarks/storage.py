@@ -95,9 +95,9 @@ def run_config(root: str, args: argparse.Namespace, config: str) -> dict[str, An
 
     def shard_bytes(kinds: Any) -> int:
         return sum(
-            int(entry["bytes"])
+            entry.bytes
             for rec in commits.values()
-            for kind, entry in rec.get("files", {}).items()
+            for kind, entry in rec.files.items()
             if kind in kinds
         )
 

@@ -208,3 +208,30 @@ def test_run_identity_hashes_the_resolved_max_length(tiny_bert_dir, tmp_path):
         prepare(
             job_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": limit + 1}), write=False
         )
+
+
+def test_status_json_has_stable_keys_and_the_run_s_numbers(clean_run):
+    """``status --json``: one document, format 1, whose numbers are the commit records' and
+    whose shard rows add up to the run's; the table shows the same numbers."""
+    summary, out, (rows, _) = clean_run
+    result = CliRunner().invoke(main, ["status", out, "--json", "--shards"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["format"] == 1 and doc["root"] == out
+    (run,) = doc["runs"]
+    assert set(run) >= {
+        *("run_id", "name", "model", "step", "status", "detail", "shards_total", "done"),
+        *("failed", "pending", "rows", "tokens", "tokens_per_s", "errors", "damaged"),
+        *("bad_input", "pairs", "created_at", "updated_at", "shards"),
+    }
+    assert run["run_id"] == summary.run_id and run["status"] == "complete"
+    assert (run["done"], run["failed"], run["pending"]) == (summary.shards_total, 0, 0)
+    assert run["rows"] == rows and run["damaged"] == [] and run["errors"] == {}
+    assert [s["shard"] for s in run["shards"]] == list(range(summary.shards_total))
+    assert {s["state"] for s in run["shards"]} == {"done"}
+    assert sum(s["rows"] for s in run["shards"]) == rows
+    assert sum(s["tokens"] for s in run["shards"]) == run["tokens"]
+    table = CliRunner().invoke(main, ["status", out])
+    assert table.exit_code == 0
+    assert table.output.splitlines()[2].split()[0] == summary.run_id
+    assert f"{rows:,}" in table.output or str(rows) in table.output

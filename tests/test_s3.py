@@ -95,9 +95,9 @@ def test_job_on_s3_commits_the_same_rows_as_locally(roots):
     lc, rc = manifest.commits(local, run_id), manifest.commits(remote, run_id)
     assert sorted(lc) == sorted(rc) and len(lc) >= 2
     for shard in lc:
-        for kind, entry in lc[shard]["files"].items():
-            assert rc[shard]["files"][kind]["rows"] == entry["rows"], (shard, kind)
-            assert rc[shard]["files"][kind]["path"] == entry["path"]  # relative to the root
+        for kind, entry in lc[shard].files.items():
+            assert rc[shard].files[kind].rows == entry.rows, (shard, kind)
+            assert rc[shard].files[kind].path == entry.path  # relative to the root
     # no temporary names and no folder markers: only final objects, data before commits
     keys = objects(roots["client"], roots["bucket"], "results/run-a/")
     assert keys and not [k for k in keys if k.endswith((".tmp", "/"))]
@@ -105,9 +105,9 @@ def test_job_on_s3_commits_the_same_rows_as_locally(roots):
     # partials were consolidated (then deleted) into the files the newest record names
     for rec in rc.values():
         for kind in ("tokens", "documents"):
-            entry = rec["files"][kind]
-            info = remote.fs.get_file_info(remote.absolute(entry["path"]))
-            assert info.size == entry["bytes"]
+            entry = rec.files[kind]
+            info = remote.fs.get_file_info(remote.absolute(entry.path))
+            assert info.size == entry.bytes
     gen = consolidation.latest(remote, run_id)
     assert gen.shards == frozenset(rc) and gen.files
     for entry in gen.files.values():

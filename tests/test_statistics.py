@@ -28,6 +28,7 @@ from mixscope.stats import consolidate as consolidation
 from mixscope.stats.detail import in_sample
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
+from mixscope.store.records import CommitRecord, FileEntry
 from mixscope.store.schema import CATEGORIES, HIST_BINS, STATS, STORED_MEASURES
 
 DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
@@ -357,7 +358,11 @@ def test_queries_are_right_at_every_commit_and_consolidation(tmp_path):
         results = ShardResults(layout, "r", k, vocab, OutputSpec(detail="full"))
         results.add(encoded, measures)
         files = results.finish([Document(s.doc_id, "", "f", 0) for s in encoded])
-        records.append({"run_id": "r", "shard_id": k, "rows": results.rows, "files": files})
+        records.append(
+            CommitRecord(
+                "r", k, len(encoded), results.tokens, results.rows, files_of(files), seconds=0.0
+            )
+        )
         values = np.concatenate([m[:, 1].ravel() for m in measures]).astype(np.float64)
         want_n.append(values.size)
         want_sum.append(values.sum())
@@ -507,3 +512,8 @@ def test_a_shard_added_block_by_block_equals_the_whole_block():
                     assert math.isclose(g[col], value, rel_tol=1e-12, abs_tol=1e-15), (kind, col)
                 else:
                     assert g[col] == value, (kind, col)
+
+
+def files_of(files: dict) -> dict[str, FileEntry]:
+    """The commit record's files from ``ShardResults.finish``'s manifest entries."""
+    return {k: FileEntry.from_json(e, k) for k, e in files.items()}

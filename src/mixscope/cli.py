@@ -447,41 +447,28 @@ def validate(job, model, corpus, out, workers, batch_size, max_length, revision,
 @click.argument("root")
 @click.option("--shards", "show_shards", is_flag=True, help="One line per shard of each run.")
 @click.option("--run", "run_ids", multiple=True, help="Only these runs.")
-def status(root: str, show_shards: bool, run_ids: tuple[str, ...]) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON document (stable keys, docs/status.md) instead of tables.",
+)
+def status(root: str, show_shards: bool, run_ids: tuple[str, ...], as_json: bool) -> None:
     """Runs under ROOT: shards done / failed / pending, rows, throughput."""
-    from mixscope.format import aligned_table
-    from mixscope.runtime.status import run_status, shard_status
+    from mixscope.runtime.status import status_document
 
-    runs = [r for r in run_status(root) if not run_ids or r["run_id"] in run_ids]
-    if not runs:
+    doc = status_document(root, run_ids, show_shards)
+    if not doc["runs"]:
         raise MixscopeError(f"no runs under {root}")
-    headers = [
-        "run_id",
-        "name",
-        "model",
-        "step",
-        "status",
-        "detail",
-        "done",
-        "failed",
-        "pending",
-        "rows",
-        "tok/s",
-    ] + (["pairs"] if any(r.get("pairs") for r in runs) else [])  # kept, split, skipped
-    click.echo(aligned_table(headers, [[r[h] for h in headers] for r in runs], digits=0))
-    for r in runs:
-        for shard_id, error in r["errors"].items():
-            click.echo(f"{r['run_id']} shard {shard_id}: {error}")
-        if r.get("bad_input"):
-            bad = ", ".join(f"{k} {v:,}" for k, v in sorted(r["bad_input"].items()))
-            click.echo(f"{r['run_id']} input not analysed: {bad}")
-        for damage in r.get("damaged", []):
-            click.echo(f"{r['run_id']} DAMAGED {damage} (mixscope run … --repair)")
-        if show_shards:
-            shards = shard_status(root, r["run_id"])
-            click.echo(f"\nrun {r['run_id']}")
-            cols = list(shards[0]) if shards else []
-            click.echo(aligned_table(cols, [[s[c] for c in cols] for s in shards], digits=2))
+    if as_json:
+        import json
+
+        click.echo(json.dumps(doc, indent=2))
+        return
+    from mixscope.runtime.status import status_tables
+
+    for line in status_tables(doc):
+        click.echo(line)
 
 
 @main.command()

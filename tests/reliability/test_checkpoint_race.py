@@ -63,7 +63,7 @@ def test_checkpoint_syncs_race_with_an_expired_lease(tmp_path):
         assert len(record["invocations"]) == 1, (a_out, b_out, record["invocations"])
         commits = manifest.commits(layout, run_id)
         assert record["status"] == "complete" and len(commits) == record["shards_total"]
-        assert {c["attempt"] for c in commits.values()} == {1}
+        assert {c.attempt for c in commits.values()} == {1}
     third = _sync(train, probe, out)
     third_out, _ = third.communicate(timeout=300)
     assert third.returncode == 0 and "analysing " not in third_out, third_out

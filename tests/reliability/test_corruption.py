@@ -29,10 +29,10 @@ def _damage(layout: Layout, run_id: str, case: str) -> tuple[set[int], str]:
     """Damage the copied root; (the shards a repair must redo, the damage's words)."""
     commits = manifest.commits(layout, run_id)
     if case == "tokens file deleted":
-        Path(layout.absolute(commits[2]["files"]["tokens"]["path"])).unlink()
+        Path(layout.absolute(commits[2].files["tokens"].path)).unlink()
         return {2}, "tokens file missing"
     if case == "tokens file truncated":
-        _truncate(Path(layout.absolute(commits[5]["files"]["tokens"]["path"])))
+        _truncate(Path(layout.absolute(commits[5].files["tokens"].path)))
         return {5}, "tokens file truncated"
     if case == "commit record truncated":
         _truncate(Path(layout.commit_file(run_id, 4)))
@@ -69,7 +69,7 @@ def test_corruption_is_reported_refused_and_repaired(case, tiny_bert_dir, tmp_pa
     redo, words = _damage(layout, run_id, case)
 
     (status,) = run_status(str(root))
-    assert status["damaged"] and words in status["damaged"][0], status["damaged"]
+    assert status["damaged"] and words in status["damaged"][0]["what"], status["damaged"]
     states = {s["shard"]: s["state"] for s in shard_status(str(root), run_id)}
     shard_damage = {k for k, v in states.items() if v == "damaged"}
     assert shard_damage == (redo if case != "consolidated statistics truncated" else set())

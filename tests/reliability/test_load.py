@@ -53,6 +53,6 @@ def test_retry_storm_on_many_small_documents(ray_local, tiny_bert_dir, tmp_path,
     layout = Layout.open(str(tmp_path / "storm"))
     commits = manifest.commits(layout, stormy.run_id)
     assert sorted(commits) == list(range(8))
-    assert {c["attempt"] for c in commits.values()} == {2}
-    assert sum(c["docs"] for c in commits.values()) == N_DOCS
+    assert {c.attempt for c in commits.values()} == {2}
+    assert sum(c.docs for c in commits.values()) == N_DOCS
     assert content_hash(str(tmp_path / "storm")) == content_hash(str(tmp_path / "clean"))

@@ -85,16 +85,25 @@ class CorpusPlan:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> CorpusPlan:
-        return cls(
-            files=d["files"],
-            shards=[Shard(**s) for s in d["shards"]],
-            n_docs=d["n_docs"],
-            bad=d["bad"],
-            bad_examples=d.get("bad_examples", []),
-            fingerprint=d.get("fingerprint", ""),
-            pairs=d.get("pairs"),
-        )
+    def from_dict(cls, d: dict, where: str = "plan.json") -> CorpusPlan:
+        """The plan of ``to_dict``; a plan without a key the pipeline needs (e.g. one written
+        by hand with ``{start, stop}`` shards) is a ``CorruptRecordError`` naming it."""
+        from mixscope.store.layout import CorruptRecordError
+
+        try:
+            return cls(
+                files=list(d.get("files") or []),
+                shards=[Shard(**s) for s in d["shards"]],
+                n_docs=int(d.get("n_docs") or sum(int(s["n_docs"]) for s in d["shards"])),
+                bad=dict(d.get("bad") or {}),
+                bad_examples=d.get("bad_examples", []),
+                fingerprint=d.get("fingerprint", ""),
+                pairs=d.get("pairs"),
+            )
+        except KeyError as e:
+            raise CorruptRecordError(f"{where}: no {e.args[0]!r}") from None
+        except TypeError as e:  # Shard(**s) with a key missing or unknown
+            raise CorruptRecordError(f"{where}: bad shard ({e})") from None
 
 
 @dataclass

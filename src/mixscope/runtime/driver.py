@@ -22,6 +22,7 @@ from mixscope.runtime.run_lock import run_lock
 from mixscope.stats.consolidate import consolidate
 from mixscope.store import manifest, verify
 from mixscope.store.layout import Layout
+from mixscope.store.records import CommitRecord
 from mixscope.store.runs import (
     identity_options,
     library_versions,
@@ -220,7 +221,7 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
 
     progress = Progress(
         plan.n_docs,
-        sum(c["docs"] for c in committed.values()),
+        sum(c.docs for c in committed.values()),
         f"run {run_id}",
         enabled=show_progress,
     )
@@ -235,15 +236,15 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
                 for event in executor.run(pending):
                     if event.kind == "done":
                         assert event.result is not None
-                        result = {**event.result, "attempt": event.attempt, "committed_at": now()}
+                        result = CommitRecord.from_result(event.result, event.attempt, now())
                         faults.maybe_crash_before_commit(event.shard_id)
                         manifest.commit_shard(layout, run_id, result)
                         committed[event.shard_id] = result
                         errors.pop(event.shard_id, None)
                         done_now += 1
                         background.committed()
-                        tokens_now += int(result["tokens"])
-                        progress.update(int(result["docs"]), int(result["tokens"]))
+                        tokens_now += result.tokens
+                        progress.update(result.docs, result.tokens)
                     elif event.kind == "failed":
                         errors[event.shard_id] = event.error or "unknown error"
                         manifest.record_failure(
@@ -268,8 +269,8 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
         record["status"] = "complete" if complete else ("failed" if errors else "incomplete")
         record["shards_done"] = len(committed)
         record["shards_failed"] = len(errors)
-        record["rows"] = int(sum(c["rows"] for c in committed.values()))
-        record["tokens"] = int(sum(c["tokens"] for c in committed.values()))
+        record["rows"] = sum(c.rows for c in committed.values())
+        record["tokens"] = sum(c.tokens for c in committed.values())
         record["errors"] = {str(k): first_line(v) for k, v in errors.items()}
         write_run(layout, record)
 

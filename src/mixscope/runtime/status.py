@@ -8,10 +8,14 @@ from mixscope.errors import first_line
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
 from mixscope.store.runs import list_runs
-from mixscope.store.verify import check_run
+from mixscope.store.verify import Damage, check_run
+
+#: version of the ``mixscope status --json`` document (its keys are a contract)
+STATUS_FORMAT = 1
 
 
 def run_status(root: str) -> list[dict[str, Any]]:
+    """One JSON-ready row per run (the keys of ``status --json``), from the typed records."""
     layout = Layout.open(root)
     out = []
     for rec in list_runs(layout):
@@ -20,28 +24,35 @@ def run_status(root: str) -> list[dict[str, Any]]:
         failed = {k: v for k, v in manifest.failures(layout, run_id).items() if k not in done}
         damage = check_run(layout, run_id)
         total = int(rec.get("shards_total") or 0)
-        tokens = sum(int(c.get("tokens", 0)) for c in done.values())
-        busy = sum(float(c.get("seconds", 0)) for c in done.values())
+        tokens = sum(c.tokens for c in done.values())
+        busy = sum(c.seconds for c in done.values())
         model = (rec.get("spec") or {}).get("model") or (rec.get("model") or {}).get("source", "")
         out.append(
             {
                 "run_id": run_id,
                 "name": rec.get("name") or "",
                 "model": model,
-                "step": "" if rec.get("step") is None else rec["step"],
+                "step": rec.get("step"),
                 "status": rec.get("status") or "",
                 "detail": ((rec.get("options") or {}).get("output") or {}).get("detail", "full"),
+                "shards_total": total,
                 "done": len(done),
                 "failed": len(failed),
                 "pending": max(0, total - len(done) - len(failed)),
-                "rows": sum(int(c.get("rows", 0)) for c in done.values()),
-                "tok/s": round(tokens / busy) if busy > 0 else 0,  # per busy worker-second
-                "errors": {k: first_line(v.get("error")) for k, v in failed.items()},
+                "rows": sum(c.rows for c in done.values()),
+                "tokens": tokens,
+                # per busy worker-second
+                "tokens_per_s": round(tokens / busy) if busy > 0 else 0,
+                "errors": {str(k): first_line(v.error) for k, v in sorted(failed.items())},
                 # committed results deleted, truncated or changed since (store/verify.py)
-                "damaged": [str(d) for d in damage],
+                "damaged": [
+                    {"shard": d.shard, "generation": d.generation, "what": d.what} for d in damage
+                ],
                 # input records not analysed, per reason (corpus/readers.py)
                 "bad_input": dict((rec.get("corpus") or {}).get("bad") or {}),
-                "pairs": pair_counts((rec.get("corpus") or {}).get("pairs")),
+                "pairs": dict((rec.get("corpus") or {}).get("pairs") or {}),
+                "created_at": rec.get("created_at"),
+                "updated_at": rec.get("updated_at"),
             }
         )
     return out
@@ -54,38 +65,106 @@ def pair_counts(pairs: dict[str, int] | None) -> str:
     return ", ".join(f"{int(pairs.get(k, 0)):,} {k}" for k in ("kept", "split", "skipped"))
 
 
-def shard_status(root: str, run_id: str) -> list[dict[str, Any]]:
-    """One row per planned shard of a run: done / failed / pending, with its numbers."""
-    layout = Layout.open(root)
-    plan = layout.read_json(f"{layout.run_dir(run_id)}/plan.json")
-    if plan is None:
-        from mixscope.errors import MixscopeError
+def shard_status(
+    root: str, run_id: str, damaged: dict[int, str] | None = None
+) -> list[dict[str, Any]]:
+    """One JSON-ready row per planned shard of a run: done / failed / pending / damaged.
 
+    ``damaged`` (shard → what) spares a second verification when the caller has one."""
+    from mixscope.corpus.plan import CorpusPlan
+    from mixscope.errors import MixscopeError
+
+    layout = Layout.open(root)
+    path = f"{layout.run_dir(run_id)}/plan.json"
+    stored = layout.read_json(path)
+    if stored is None:
         raise MixscopeError(f"no run {run_id} under {root}")
+    plan = CorpusPlan.from_dict(stored, where=layout.relative(path))
     done = manifest.commits(layout, run_id)
     failed = manifest.failures(layout, run_id)
-    damaged: dict[int, str] = {}
-    for d in check_run(layout, run_id):
-        if d.shard is not None:
-            damaged.setdefault(d.shard, d.what)
+    if damaged is None:
+        damaged = {}
+        for d in check_run(layout, run_id):
+            if d.shard is not None:
+                damaged.setdefault(d.shard, d.what)
     rows = []
-    for s in plan["shards"]:
-        sid = s["shard_id"]
+    for s in plan.shards:
+        sid = s.shard_id
         c, f = done.get(sid), failed.get(sid)
+        state = "damaged" if sid in damaged else ("done" if c else ("failed" if f else "pending"))
         rows.append(
             {
                 "shard": sid,
-                "state": "damaged"
-                if sid in damaged
-                else ("done" if c else ("failed" if f else "pending")),
-                "docs": s["n_docs"],
-                "first_doc": s["first_doc"],
-                "rows": c["rows"] if c else "",
-                "tokens": c["tokens"] if c else "",
-                "seconds": c["seconds"] if c else "",
-                "attempts": c["attempt"] if c else (f["attempts"] if f else ""),
-                "worker": f"{c['host']}:{c['pid']}" if c else "",
-                "error": damaged.get(sid) or (first_line(f.get("error")) if f and not c else ""),
+                "state": state,
+                "docs": s.n_docs,
+                "first_doc": s.first_doc,
+                "rows": c.rows if c else None,
+                "tokens": c.tokens if c else None,
+                "seconds": c.seconds if c else None,
+                "attempts": c.attempt if c else (f.attempts if f else None),
+                "worker": c.worker if c else None,
+                "error": damaged.get(sid) or (first_line(f.error) if f and not c else None),
             }
         )
     return rows
+
+
+def status_document(root: str, run_ids: tuple[str, ...] = (), shards: bool = False) -> dict:
+    """What ``status --json`` prints: ``{"format", "root", "runs": [...]}``, each run with its
+    ``shards`` when asked (every key documented in docs/status.md)."""
+    runs = [r for r in run_status(root) if not run_ids or r["run_id"] in run_ids]
+    for r in runs:
+        if shards:
+            damaged: dict[int, str] = {}  # the run's own verification: no second pass
+            for d in r["damaged"]:
+                if d["shard"] is not None:
+                    damaged.setdefault(d["shard"], d["what"])
+            r["shards"] = shard_status(root, r["run_id"], damaged)
+    return {"format": STATUS_FORMAT, "root": root, "runs": runs}
+
+
+#: the run table's columns: (header, key of the status document)
+RUN_COLUMNS = (
+    ("run_id", "run_id"),
+    ("name", "name"),
+    ("model", "model"),
+    ("step", "step"),
+    ("status", "status"),
+    ("detail", "detail"),
+    ("done", "done"),
+    ("failed", "failed"),
+    ("pending", "pending"),
+    ("rows", "rows"),
+    ("tok/s", "tokens_per_s"),
+)
+
+
+def status_tables(doc: dict) -> list[str]:
+    """The human form of the status document: a run table, then each run's remarks."""
+    from mixscope.format import aligned_table
+
+    runs = doc["runs"]
+    cols = list(RUN_COLUMNS) + ([("pairs", "pairs")] if any(r["pairs"] for r in runs) else [])
+
+    def cell(r: dict, key: str) -> Any:
+        v = pair_counts(r[key]) if key == "pairs" else r[key]
+        return "" if v is None else v
+
+    lines = [
+        aligned_table([h for h, _ in cols], [[cell(r, k) for _, k in cols] for r in runs], digits=0)
+    ]
+    for r in runs:
+        for shard_id, error in r["errors"].items():
+            lines.append(f"{r['run_id']} shard {shard_id}: {error}")
+        if r["bad_input"]:
+            bad = ", ".join(f"{k} {v:,}" for k, v in sorted(r["bad_input"].items()))
+            lines.append(f"{r['run_id']} input not analysed: {bad}")
+        for d in r["damaged"]:
+            lines.append(f"{r['run_id']} DAMAGED {Damage(**d)} (mixscope run … --repair)")
+        if "shards" in r:
+            shards = r["shards"]
+            lines.append(f"\nrun {r['run_id']}")
+            scols = list(shards[0]) if shards else []
+            rows = [["" if s[c] is None else s[c] for c in scols] for s in shards]
+            lines.append(aligned_table(scols, rows, digits=2))
+    return lines

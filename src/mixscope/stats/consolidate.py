@@ -83,9 +83,8 @@ def sources(
             if shard_id in gen.shards:
                 continue
             for kind in kinds:
-                entry = rec.get("files", {}).get(kind)
-                if entry:
-                    partials[kind].append(layout.absolute(entry["path"]))
+                if kind in rec.files:
+                    partials[kind].append(layout.absolute(rec.files[kind].path))
         for kind in kinds:
             files = [layout.absolute(gen.files[kind]["path"])] if kind in gen.files else []
             if partials[kind]:
@@ -120,9 +119,8 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
         if kind_name in gen.files:
             parts.append(layout.read_table(layout.absolute(gen.files[kind_name]["path"])))
         for s in new:
-            entry = commits[s].get("files", {}).get(kind_name)
-            if entry:
-                parts.append(layout.read_table(layout.absolute(entry["path"])))
+            if kind_name in commits[s].files:
+                parts.append(layout.read_table(layout.absolute(commits[s].files[kind_name].path)))
         if not parts:
             continue
         merged = exact(kind, merge(kind, [with_exact(kind, p) for p in parts]))

@@ -8,45 +8,56 @@ same file names and the same record: results never duplicate.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from mixscope.store.layout import CorruptRecordError, Layout
+from mixscope.store.records import CommitRecord, FailureRecord
+
+R = TypeVar("R", CommitRecord, FailureRecord)
 
 
-def commit_shard(layout: Layout, run_id: str, result: dict[str, Any]) -> None:
+def commit_shard(layout: Layout, run_id: str, record: CommitRecord) -> None:
     """Record a finished shard (its files were already written and renamed)."""
-    layout.write_json(layout.commit_file(run_id, result["shard_id"]), result)
-    layout.delete(layout.failure_file(run_id, result["shard_id"]))
+    layout.write_json(layout.commit_file(run_id, record.shard_id), record.to_json())
+    layout.delete(layout.failure_file(run_id, record.shard_id))
 
 
 def record_failure(layout: Layout, run_id: str, shard_id: int, error: str, attempts: int) -> None:
     layout.write_json(
-        layout.failure_file(run_id, shard_id),
-        {"shard_id": shard_id, "error": error, "attempts": attempts},
+        layout.failure_file(run_id, shard_id), FailureRecord(shard_id, error, attempts).to_json()
     )
 
 
-def _records(layout: Layout, folder: str) -> dict[int, dict[str, Any]]:
-    """shard_id → record of every readable record in ``folder``; one that no longer parses
-    is left out here and reported as damage by ``store/verify.py``."""
-    out: dict[int, dict[str, Any]] = {}
+def read_records(
+    layout: Layout, folder: str, parse: Callable[[dict[str, Any], str], R]
+) -> tuple[dict[int, R], list[str]]:
+    """(shard_id → record of every valid record in ``folder``, paths of the others): a record
+    that no longer parses or lacks a key is left out and reported as damage by verify."""
+    out: dict[int, R] = {}
+    bad: list[str] = []
     for path in layout.list_files(folder, ".json"):
         try:
             rec = layout.read_json(path)
-        except CorruptRecordError:
-            continue
-        if rec is not None:
-            out[int(rec["shard_id"])] = rec
-    return out
+            if rec is not None:
+                parsed = parse(rec, path)
+                out[parsed.shard_id] = parsed
+        except (CorruptRecordError, TypeError, ValueError):
+            bad.append(path)
+    return out, bad
 
 
-def commits(layout: Layout, run_id: str) -> dict[int, dict[str, Any]]:
+def commits(layout: Layout, run_id: str) -> dict[int, CommitRecord]:
     """shard_id → commit record, for every committed shard of the run."""
-    return _records(layout, f"{layout.run_dir(run_id)}/commits")
+    return read_records(layout, commits_dir(layout, run_id), CommitRecord.from_json)[0]
 
 
-def failures(layout: Layout, run_id: str) -> dict[int, dict[str, Any]]:
-    return _records(layout, f"{layout.run_dir(run_id)}/failures")
+def failures(layout: Layout, run_id: str) -> dict[int, FailureRecord]:
+    return read_records(layout, f"{layout.run_dir(run_id)}/failures", FailureRecord.from_json)[0]
+
+
+def commits_dir(layout: Layout, run_id: str) -> str:
+    return f"{layout.run_dir(run_id)}/commits"
 
 
 def committed_files_by_kind(
@@ -58,9 +69,8 @@ def committed_files_by_kind(
     for run_id in runs:
         for rec in commits(layout, run_id).values():
             for kind in kinds:
-                path = rec.get("files", {}).get(kind, {}).get("path")
-                if path:
-                    files[kind].append(layout.absolute(path))
+                if kind in rec.files:
+                    files[kind].append(layout.absolute(rec.files[kind].path))
     return {kind: sorted(paths) for kind, paths in files.items()}
 
 

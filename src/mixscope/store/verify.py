@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from mixscope.store import manifest
-from mixscope.store.layout import CorruptRecordError, Layout
+from mixscope.store.layout import Layout
+from mixscope.store.records import CommitRecord
 
 _SHARD_FILE = re.compile(r"(\d+)\.json$")
 
@@ -89,18 +90,18 @@ def check_run(layout: Layout, run_id: str, *, deep: bool = False) -> list[Damage
     from mixscope.store.schema import STATS
 
     damage: list[Damage] = []
-    for path in layout.list_files(f"{layout.run_dir(run_id)}/commits", ".json"):
-        try:
-            layout.read_json(path)
-        except CorruptRecordError:
-            m = _SHARD_FILE.search(path)
-            shard = int(m.group(1)) if m else None
-            damage.append(Damage("commit record unreadable (truncated?)", shard))
+    commits, unreadable = manifest.read_records(
+        layout, manifest.commits_dir(layout, run_id), CommitRecord.from_json
+    )
+    for path in unreadable:
+        m = _SHARD_FILE.search(path)
+        shard = int(m.group(1)) if m else None
+        damage.append(Damage("commit record unreadable (truncated?)", shard))
     gen = latest(layout, run_id)
     sizes = _Sizes(layout)
 
-    for shard_id, rec in sorted(manifest.commits(layout, run_id).items()):
-        files = rec.get("files", {})
+    for shard_id, rec in sorted(commits.items()):
+        files = {k: e.to_json() for k, e in rec.files.items()}
         if shard_id in gen.shards:  # its partials live on in the generation's files
             files = {k: e for k, e in files.items() if k not in STATS}
         for what in _entry_damage(layout, sizes, files, deep).values():
