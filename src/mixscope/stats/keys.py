@@ -67,14 +67,6 @@ def counted(keys: np.ndarray, weights: np.ndarray, bits: int) -> tuple[np.ndarra
     return ordered[starts], np.add.reduceat(weights[order], starts)
 
 
-def runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(unique keys, run lengths) of already sorted ``keys``: counting without weights."""
-    if len(sorted_keys) == 0:
-        return sorted_keys, np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-    return sorted_keys[starts], np.diff(np.r_[starts, len(sorted_keys)])
-
-
 class KeyIndex:
     """Compact ids of int64 keys, numbered in the order first seen: what lets dense
     accumulators be indexed by key and grow only at the end."""

@@ -1,4 +1,11 @@
-"""Parquet shard files: zstd, the explicit schema, dictionary-encoded tokens, atomic rename."""
+"""Parquet shard files: zstd, the explicit schema, dictionary-encoded tokens, atomic rename.
+
+Statistics files (``stats_options``) are encoded differently from the detail, by
+measurement (``benchmarks/host.py``): their integer keys and counts are long sorted or
+slowly varying runs, which delta encoding stores in a fraction of a dictionary's bytes
+and time, and their float moments are near-unique, where zstd costs three times lz4 for
+a few percent of bytes.
+"""
 
 from __future__ import annotations
 
@@ -33,9 +40,36 @@ def options(schema: pa.Schema) -> dict[str, Any]:
     }
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
+#: columns of the statistics that stay dictionary-encoded: few distinct values (and strings)
+_DICTIONARY = frozenset({"layer", "category", "token_type", "measure", "token"})
+
+
+def stats_options(schema: pa.Schema) -> dict[str, Any]:
+    """Statistics tables: delta-encoded integers (ids, bins, counts), dictionaries for the
+    columns of few values and for strings, byte-stream-split floats compressed with lz4,
+    everything else zstd. On a 76.8k-token shard: ``token_stats`` 1.6x faster to encode
+    for +4.5% bytes, the histograms 1.2x faster and 30-40% smaller than ``options``."""
+    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+    delta = [
+        f.name for f in schema if pa.types.is_integer(f.type) and f.name not in _DICTIONARY
+    ]
+    return {
+        "compression": {f.name: "lz4" if f.name in floats else "zstd" for f in schema},
+        "use_dictionary": [n for n in schema.names if n not in floats and n not in delta],
+        "use_byte_stream_split": False,
+        "column_encoding": {
+            **{n: "DELTA_BINARY_PACKED" for n in delta},
+            **{n: "BYTE_STREAM_SPLIT" for n in floats},
+        },
+        "write_statistics": True,
+    }
+
+
+def parquet_bytes(table: pa.Table, stats: bool = False) -> bytes:
+    """``table`` encoded as Parquet (``stats``: with ``stats_options``, else ``options``)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, row_group_size=1 << 20, **options(table.schema))
+    opts = stats_options(table.schema) if stats else options(table.schema)
+    pq.write_table(table, sink, row_group_size=1 << 20, **opts)
     return sink.getvalue().to_pybytes()
 
 
@@ -68,6 +102,7 @@ def write_bytes(layout: Layout, path: str, data: bytes, rows: int) -> dict:
     }
 
 
-def write_parquet(layout: Layout, path: str, table: pa.Table) -> dict:
-    """Write ``table`` to ``path`` atomically; its size and sha256 for the manifest."""
-    return write_bytes(layout, path, parquet_bytes(table), table.num_rows)
+def write_parquet(layout: Layout, path: str, table: pa.Table, stats: bool = False) -> dict:
+    """Write ``table`` to ``path`` atomically (``stats``: a statistics table, encoded with
+    ``stats_options``); its size and sha256 for the manifest."""
+    return write_bytes(layout, path, parquet_bytes(table, stats), table.num_rows)
