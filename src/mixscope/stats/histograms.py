@@ -102,7 +102,8 @@ class TokenHistogram:
         self._buffered += events.size
         if self._buffered >= HIST_BUFFER:
             events = self._take_buffer()
-            self._counted.append(counted(events, np.ones(len(events), np.int64), int(events.max()).bit_length()))
+            bits = int(events.max()).bit_length()
+            self._counted.append(counted(events, np.ones(len(events), np.int64), bits))
 
     def _take_buffer(self) -> np.ndarray:
         events = np.concatenate(self._buffer) if self._buffer else np.empty(0, np.int64)

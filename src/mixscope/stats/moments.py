@@ -71,7 +71,7 @@ class TokenMoments:
         token's key."""
         uniq, inverse, counts = unique_inverse(keys)
         ids = self.index.ids(uniq)
-        L, T = values.shape[0], values.shape[2]
+        L = values.shape[0]
         self._reserve(len(self.index), L)
         self.n[ids] += counts  # ids unique: no lost updates
         # the flat index into the block's [U, 2, measure, layer] rows of each
@@ -87,7 +87,6 @@ class TokenMoments:
             part = np.take(acc, ids, axis=0)  # [U, 2, measure, layer]: the rows touched
             ufunc.at(part.reshape(-1), local, src.reshape(-1))
             acc[ids] = part
-        assert T == len(keys)
         return ids[inverse]
 
     def by_key(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
