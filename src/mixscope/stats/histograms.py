@@ -81,13 +81,19 @@ class LayerHistogram:
         )
 
 
+#: token-histogram events: ``key id << CELL_BITS | measure << BIN_BITS | bin`` (shifts and
+#: masks, never divisions, to pack and unpack)
+BIN_BITS = HIST_BINS.bit_length() - 1
+MEASURE_BITS = max(1, (N_MEAS - 1).bit_length())
+CELL_BITS = MEASURE_BITS + BIN_BITS
+assert 1 << BIN_BITS == HIST_BINS, "HIST_BINS must be a power of two"
+
+
 class TokenHistogram:
     """Per (token id, original id, category, measure): occurrences by bin of the
-    occurrence's layer-averaged value. Events are ``(key id · N_MEAS + measure) ·
-    HIST_BINS + bin`` (key ids of ``TokenMoments``, which never change), so buffered and
-    counted events need no renumbering until the table is built."""
-
-    CELL = N_MEAS * HIST_BINS
+    occurrence's layer-averaged value. Events are numbered by the key ids of
+    ``TokenMoments`` (which never change), so buffered and counted events need no
+    renumbering until the table is built."""
 
     def __init__(self) -> None:
         self._buffer: list[np.ndarray] = []
@@ -97,7 +103,8 @@ class TokenHistogram:
     def add(self, ids: np.ndarray, v64: np.ndarray) -> None:
         """``ids`` [tokens] the key id of each token, ``v64`` [layers, measures, tokens]."""
         avg = v64.sum(axis=0) / v64.shape[0]  # [measures, tokens]
-        events = (ids * N_MEAS + np.arange(N_MEAS)[:, None]) * HIST_BINS + fast_bins(avg)
+        events = fast_bins(avg)  # [measures, tokens]
+        events |= (ids << CELL_BITS) | (np.arange(N_MEAS)[:, None] << BIN_BITS)
         self._buffer.append(events.reshape(-1))
         self._buffered += events.size
         if self._buffered >= HIST_BUFFER:
@@ -113,30 +120,30 @@ class TokenHistogram:
     def table(self, token_keys: np.ndarray, vocab: Vocabulary) -> pa.Table:
         """Rows sorted by (token id, original id, category, measure, bin); ``token_keys``
         [ids] the token key of each key id."""
-        groups = (token_keys >> 7) * N_CAT + (token_keys & 7)  # (token id, original id), cat
+        groups = ((token_keys >> 7) << 3) | (token_keys & 7)  # token id, original id, cat
         uniq, rank = np.unique(groups, return_inverse=True)  # rank: key id → group's place
+        mask = (1 << CELL_BITS) - 1
 
         def renumbered(events: np.ndarray) -> np.ndarray:
-            key_id, cell = np.divmod(events, self.CELL)
-            return rank[key_id] * self.CELL + cell
+            return (rank[events >> CELL_BITS] << CELL_BITS) | (events & mask)
 
         buffered = np.concatenate(self._buffer) if self._buffer else np.empty(0, np.int64)
         raw = renumbered(buffered)  # the buffer stays: more blocks may follow
         parts = [(renumbered(k), c) for k, c in self._counted]
         keys = np.concatenate([k for k, _ in parts] + [raw])
         weights = np.concatenate([c for _, c in parts] + [np.ones(len(raw), np.int64)])
-        bits = int(max(len(uniq) - 1, 1)).bit_length() + int(self.CELL - 1).bit_length()
+        bits = int(max(len(uniq) - 1, 1)).bit_length() + CELL_BITS
         hk, hc = counted(keys, weights, bits)  # a radix sort: several times np.sort's speed
-        group = uniq[hk // self.CELL]
-        ids = group // N_CAT >> ID_BITS  # the group: ((token id << 28) | original id) · N_CAT + cat
+        group = uniq[hk >> CELL_BITS]
+        ids = group >> (ID_BITS + 3)
         return kind_table(
             TOKEN_HIST,
             {
                 "token_id": ids,
-                "original_id": (group // N_CAT) & ((1 << ID_BITS) - 1),
-                "category": group % N_CAT,
-                "measure": (hk // HIST_BINS) % N_MEAS,
-                "bin": hk % HIST_BINS,
+                "original_id": (group >> 3) & ((1 << ID_BITS) - 1),
+                "category": group & 7,
+                "measure": (hk >> BIN_BITS) & ((1 << MEASURE_BITS) - 1),
+                "bin": hk & (HIST_BINS - 1),
                 "token": vocab.arrow(ids),
                 "count": hc,
             },
