@@ -24,7 +24,7 @@ import pyarrow as pa
 from mixscope.stats.block import TokenBlock, Vocabulary
 from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins
 from mixscope.stats.keys import ID_BITS, grouped, key_order, token_keys
-from mixscope.stats.moments import N_CAT, TokenMoments, sequence_moments, squares
+from mixscope.stats.moments import N_CAT, TokenMoments, sequence_moments
 from mixscope.stats.tables import kind_table, measure_columns
 from mixscope.store.schema import (
     ALL_TOKENS,
@@ -64,9 +64,8 @@ class ShardStatistics:
         if len(block) == 0:
             return
         L = self.layers = block.layers
-        powers = squares(block.values)  # [2, layers, measures, tokens] float64, once
-        v64 = powers[0]
-        ids = self._tokens.add(token_keys(block), block.values, powers)
+        v64 = block.values.astype(np.float64)  # [layers, measures, tokens], once
+        ids = self._tokens.add(token_keys(block), block.values, v64)
         self._token_hist.add(ids, v64)
         self._layer_hist.add(block.values, block.category)
         seq = sequence_moments(block, v64)

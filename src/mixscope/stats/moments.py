@@ -26,19 +26,17 @@ N_MEAS = len(STORED_MEASURES)
 class TokenMoments:
     """Count, Σ, Σ², min, max of each (token key, layer, measure), dense by the key's id.
 
-    Two accumulators, one contiguous row per id (so a block gathers and puts back whole
-    rows): ``sums`` [id, (Σ, Σ²), measure, layer] float64 and ``extremes`` [id, (-min,
-    max), measure, layer] float32 (the minimum negated: one ``maximum.at`` serves both,
-    and negation is exact); ``n`` is [id]. Min and max are exact; each sum adds its values
-    in token order.
+    The accumulators are ``[id, measure, layer]`` (float64 sums, float32 extremes; one
+    contiguous row per id, so a block gathers and puts back whole rows); ``n`` is
+    ``[id]``. Min and max are exact; each sum adds its values in token order.
     """
 
     def __init__(self) -> None:
         self.index = KeyIndex()
         self.layers = 0
         self.n = np.zeros(0, np.int64)
-        self.sums = np.zeros((0, 2, N_MEAS, 0))
-        self.extremes = np.zeros((0, 2, N_MEAS, 0), np.float32)
+        self.sum = self.sumsq = np.zeros((0, N_MEAS, 0))
+        self.min = self.max = np.zeros((0, N_MEAS, 0), np.float32)
 
     @property
     def capacity(self) -> int:
@@ -54,7 +52,7 @@ class TokenMoments:
         self.layers = layers
 
         def grown(a: np.ndarray, fill: float) -> np.ndarray:
-            out = np.empty((cap, 2, N_MEAS, layers), a.dtype)
+            out = np.empty((cap, N_MEAS, layers), a.dtype)
             if old:
                 out[:old] = a
             out[old:] = fill
@@ -63,28 +61,29 @@ class TokenMoments:
         n = np.zeros(cap, np.int64)
         n[:old] = self.n
         self.n = n
-        self.sums, self.extremes = grown(self.sums, 0.0), grown(self.extremes, -np.inf)
+        self.sum, self.sumsq = grown(self.sum, 0.0), grown(self.sumsq, 0.0)
+        self.min, self.max = grown(self.min, np.inf), grown(self.max, -np.inf)
 
-    def add(self, keys: np.ndarray, values: np.ndarray, powers: np.ndarray) -> np.ndarray:
-        """Add a block: ``keys`` [tokens], ``values`` [layers, measures, tokens] float32,
-        ``powers`` [2, layers, measures, tokens] float64 (``squares``); the id of each
-        token's key."""
+    def add(self, keys: np.ndarray, values: np.ndarray, v64: np.ndarray) -> np.ndarray:
+        """Add a block: ``keys`` [tokens], ``values`` [layers, measures, tokens] float32 and
+        its float64 copy; the id of each token's key."""
         uniq, inverse, counts = unique_inverse(keys)
         ids = self.index.ids(uniq)
         L = values.shape[0]
         self._reserve(len(self.index), L)
         self.n[ids] += counts  # ids unique: no lost updates
-        # the flat index into the block's [U, 2, measure, layer] rows of each
-        # [2, layer, measure, token] value
-        row = np.arange(2)[:, None, None] * (N_MEAS * L) + (
-            np.arange(N_MEAS)[None, :] * L + np.arange(L)[:, None]
-        )  # [2, L, M]
-        local = (row[:, :, :, None] + inverse * (2 * N_MEAS * L)).reshape(-1)
-        v32 = np.empty((2, *values.shape), np.float32)
-        np.negative(values, out=v32[0])
-        v32[1] = values
-        for acc, src, ufunc in ((self.sums, powers, np.add), (self.extremes, v32, np.maximum)):
-            part = np.take(acc, ids, axis=0)  # [U, 2, measure, layer]: the rows touched
+        # the flat index into the block's [U, measure, layer] rows of each
+        # [layer, measure, token] value
+        row = np.arange(N_MEAS)[None, :] * L + np.arange(L)[:, None]  # [L, M]
+        local = (row[:, :, None] + inverse * (N_MEAS * L)).reshape(-1)
+        sq = np.square(v64)  # exact: a float32's square fits a float64
+        for acc, src, ufunc in (
+            (self.sum, v64, np.add),
+            (self.sumsq, sq, np.add),
+            (self.min, values, np.minimum),
+            (self.max, values, np.maximum),
+        ):
+            part = np.take(acc, ids, axis=0)  # [U, measure, layer]: the rows this block touches
             ufunc.at(part.reshape(-1), local, src.reshape(-1))
             acc[ids] = part
         return ids[inverse]
@@ -92,24 +91,10 @@ class TokenMoments:
     def by_key(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Token keys sorted, their n [keys] and moments [measure, keys, layer]."""
         order = np.argsort(self.index.keys)
-        sums = np.take(self.sums, order, axis=0)
-        ext = np.take(self.extremes, order, axis=0)
         moments = {
-            "sum": sums[:, 0].transpose(1, 0, 2),
-            "sumsq": sums[:, 1].transpose(1, 0, 2),
-            "min": np.negative(ext[:, 0]).transpose(1, 0, 2),
-            "max": ext[:, 1].transpose(1, 0, 2),
+            k: getattr(self, k)[order].transpose(1, 0, 2) for k in ("sum", "sumsq", "min", "max")
         }
         return self.index.keys[order], {"n": self.n[order], **moments}
-
-
-def squares(values: np.ndarray) -> np.ndarray:
-    """[2, *shape] float64: ``values`` and their squares (exact: a float32's square fits
-    a float64), in one buffer, so the token moments scatter both in one pass."""
-    out = np.empty((2, *values.shape))
-    out[0] = values
-    np.square(out[0], out=out[1])
-    return out
 
 
 def sequence_moments(block: TokenBlock, v64: np.ndarray) -> dict[str, np.ndarray]:
