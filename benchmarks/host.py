@@ -306,11 +306,12 @@ def report(med: dict, tokens: int, args: argparse.Namespace, load: tuple, code: 
     for mode in MODES:
         cur, base = med["current"][mode], med["baseline"][mode]
         rate, base_rate = tokens / cur["cpu"], tokens / base["cpu"]
+        paired = cur["paired"]
         goal = ""
         if mode in ("none", "sample"):
             goal = f"≥ {GOAL // 1000}k: " + ("met" if rate >= GOAL else "**NOT met**")
         say(
-            f"| {labels[mode]} | **{rate:,.0f}** | {base_rate:,.0f} | {rate / base_rate:.2f}× "
+            f"| {labels[mode]} | **{rate:,.0f}** | {base_rate:,.0f} | {paired:.2f}× "
             f"| {tokens / cur['seconds']:,.0f} | {cur['finish'] / cur['cpu']:.0%} "
             f"| {cur['bytes'] / (tokens * LAYERS):.2f} "
             f"(baseline {base['bytes'] / (tokens * LAYERS):.2f}) "
@@ -324,6 +325,8 @@ def report(med: dict, tokens: int, args: argparse.Namespace, load: tuple, code: 
     )
     say("")
     say(
+        "× baseline: the median over repetitions of the paired ratio (baseline CPU time over "
+        "current, the two run back to back). "
         "tokens/s per core: tokens over the shard's process CPU time (one thread); wall: over "
         "its wall-clock time; finish: the share of the CPU time in `finish()` (tables, "
         "Parquet, writes)."
@@ -383,6 +386,9 @@ def main() -> int:
         }
         for side, by_mode in times.items()
     }
+    for mode in MODES:  # paired: each repetition's two sides ran back to back
+        pairs = zip(times["baseline"][mode], times["current"][mode], strict=True)
+        med["current"][mode]["paired"] = statistics.median(b["cpu"] / c["cpu"] for b, c in pairs)
     text = report(med, tokens, args, (load_before[0], load_after[0]), source_state())
     print(f"mixscope host benchmark; pyarrow {pa.__version__}, numpy {np.__version__}\n\n" + text)
     for mode, (total, top, sizes) in profiles.items():
