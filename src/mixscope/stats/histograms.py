@@ -98,7 +98,7 @@ class TokenHistogram:
     def __init__(self) -> None:
         self._buffer: list[np.ndarray] = []
         self._buffered = 0
-        self._counted: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted events, counts)
+        self._counted: list[tuple[np.ndarray, np.ndarray]] = []  # [(events, counts)]: 0 or 1
 
     def add(self, ids: np.ndarray, v64: np.ndarray) -> None:
         """``ids`` [tokens] the key id of each token, ``v64`` [layers, measures, tokens]."""
@@ -107,10 +107,12 @@ class TokenHistogram:
         events |= (ids << CELL_BITS) | (np.arange(N_MEAS)[:, None] << BIN_BITS)
         self._buffer.append(events.reshape(-1))
         self._buffered += events.size
-        if self._buffered >= HIST_BUFFER:
-            events = self._take_buffer()
-            bits = int(events.max()).bit_length()
-            self._counted.append(counted(events, np.ones(len(events), np.int64), bits))
+        if self._buffered >= HIST_BUFFER:  # count, merged with the counted: memory stays
+            events = self._take_buffer()  # proportional to the distinct cells
+            keys = np.concatenate([k for k, _ in self._counted] + [events])
+            ones = np.ones(len(events), np.int64)
+            weights = np.concatenate([c for _, c in self._counted] + [ones])
+            self._counted = [counted(keys, weights, int(keys.max()).bit_length())]
 
     def _take_buffer(self) -> np.ndarray:
         events = np.concatenate(self._buffer) if self._buffer else np.empty(0, np.int64)
