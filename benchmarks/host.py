@@ -10,15 +10,23 @@ merged, detail rows, documents, every Parquet file written to a temporary direct
 Synchronous (``host=None``) on one thread (numpy, Arrow and BLAS pools set to 1).
 
 Prints tokens/s per core for each output mode (detail none, sample at 1%, full at float32
-and at float16), the share of ``finish`` in it, and, for comparison, the old schema-1 path
+and at float16) for the code here and, side by side in the same run, for a baseline git
+revision (``--baseline``, default the last commit before the vectorized statistics path):
+``git archive`` of its ``src/`` into a temporary directory. Each side runs in a server
+process of its own (this file, with that side's ``src`` first on the path), fed the same
+synthetic shard; the parent interleaves the repetitions (current none, baseline none,
+current sample, …), so load drifts hit both sides alike. For reference, the schema-1 path
 (``mixscope.api.to_table`` + ``parquet_bytes``: the long table and its Parquet encoding,
-what the worker did before) with the ratio new / old. Goal: >= 500k tokens/s per core with
-detail none and sample. Each figure is the median of ``--reps`` interleaved repetitions
-(none, sample, full32, full16, old, none, …) after one warm-up of each.
+no statistics) runs in the current server too.
+
+tokens/s per core is tokens over the process CPU time of the shard (one thread, so one
+core: the figure a loaded machine does not dilute); wall-clock figures are printed beside
+it. Each figure is the median of ``--reps`` repetitions after one warm-up of each.
+Goal: >= 500k tokens/s per core with detail none and sample.
 
     python benchmarks/host.py                # 600-sequence shards, 5 repetitions
     python benchmarks/host.py --quick        # a smoke run (small shard, 1 repetition)
-    python benchmarks/host.py --shard-seqs 2400 --reps 7
+    python benchmarks/host.py --reps 7 --save  # also write benchmarks/results/host.md
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from common import minilm_tokenizer, source_state  # noqa: E402
+from common import REPO, minilm_tokenizer, source_state  # noqa: E402
 
 pa.set_cpu_count(1)
 pa.set_io_thread_count(1)
@@ -52,15 +60,19 @@ VOCAB = 30522
 ZIPF_A = 1.07
 CLS, SEP = 101, 102
 GOAL = 500_000  # tokens/s per core, detail none and sample
+#: the baseline revision: the last commit before the vectorized statistics path
+BASELINE = "7455d73"
+HERE = REPO / "benchmarks"
+#: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
+RESULTS = REPO / "benchmarks" / "results" / "host.md"
 
-#: name → (detail, sample_rate, precision); "old" is the schema-1 path
+#: name → (detail, sample_rate, precision); the schema-1 path runs as mode "old"
 MODES: dict[str, tuple[str, float, str]] = {
     "none": ("none", 0.01, "float32"),
     "sample": ("sample", 0.01, "float32"),
     "full32": ("full", 0.01, "float32"),
     "full16": ("full", 0.01, "float16"),
 }
-ORDER = (*MODES, "old")
 
 
 def zipf_ids(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -108,7 +120,8 @@ def documents(seqs: list) -> list:
 
 
 def run_new(root: str, mode: str, vocab: Any, seqs: list, measures: list, chunk: int) -> dict:
-    """One shard through ShardResults (synchronous); seconds, of which finish, bytes."""
+    """One shard through ShardResults (synchronous): wall and CPU seconds, of which finish,
+    bytes."""
     from mixscope.config import OutputSpec
     from mixscope.runtime.results import ShardResults
     from mixscope.store.layout import Layout
@@ -116,19 +129,19 @@ def run_new(root: str, mode: str, vocab: Any, seqs: list, measures: list, chunk:
     detail, rate, precision = MODES[mode]
     layout = Layout.open(root)
     out = OutputSpec(detail=detail, sample_rate=rate, precision=precision)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     results = ShardResults(layout, f"bench-{mode}", 0, vocab, out, None)
     for i in range(0, len(seqs), chunk):
         results.add(seqs[i : i + chunk], measures[i : i + chunk])
-    mid = time.perf_counter()
+    mid = time.process_time()
     files = results.finish(documents(seqs))
-    end = time.perf_counter()
+    end, cpu_end = time.perf_counter(), time.process_time()
     return {
         "seconds": end - start,
-        "finish": end - mid,
+        "cpu": cpu_end - cpu,
+        "finish": cpu_end - mid,
         "tokens": results.tokens,
         "bytes": sum(f["bytes"] for f in files.values()),
-        "detail_bytes": files.get("tokens", {}).get("bytes", 0),
     }
 
 
@@ -137,21 +150,20 @@ def run_old(tok: Any, seqs: list, measures: list, chunk: int) -> dict:
     from mixscope.api import to_table
     from mixscope.store.writer import parquet_bytes
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     tables = [
         to_table(seqs[i : i + chunk], measures[i : i + chunk], tok)
         for i in range(0, len(seqs), chunk)
     ]
-    mid = time.perf_counter()
+    mid = time.process_time()
     data = parquet_bytes(pa.concat_tables(tables))
-    end = time.perf_counter()
-    tokens = sum(len(s) for s in seqs)
+    end, cpu_end = time.perf_counter(), time.process_time()
     return {
         "seconds": end - start,
-        "finish": end - mid,
-        "tokens": tokens,
+        "cpu": cpu_end - cpu,
+        "finish": cpu_end - mid,
+        "tokens": sum(len(s) for s in seqs),
         "bytes": len(data),
-        "detail_bytes": len(data),
     }
 
 
@@ -187,6 +199,141 @@ def breakdown(root: str, tok: Any, seqs: list, measures: list, chunk: int, mode:
     return total, rows[:14], sizes
 
 
+def serve(args: argparse.Namespace) -> int:
+    """A server of one side: reads ``mode rep`` lines, answers one JSON line each (the
+    shard's figures), ``profile`` answers the cProfile breakdowns; ends at end of input."""
+    import json
+
+    from mixscope.stats.block import Vocabulary
+
+    tok = minilm_tokenizer()
+    seqs, measures = synthetic_shard(np.random.default_rng(0), 0, args.shard_seqs)
+    chunk = max(64, 4 * args.batch_size)
+    base = tempfile.mkdtemp(prefix="mixscope-host-bench-", dir=args.dir)
+    print(json.dumps({"ready": True}), flush=True)
+    try:
+        for line in sys.stdin:
+            mode, rep = line.split()
+            root = f"{base}/{mode}-{rep}"
+            if mode == "profile":
+                result: Any = {
+                    m: breakdown(f"{root}-{m}", tok, seqs, measures, chunk, m)
+                    for m in ("none", "full32")
+                }
+            elif mode == "old":
+                result = run_old(tok, seqs, measures, chunk)
+            else:
+                # a fresh Vocabulary per shard, as a worker's first shard has (its cache
+                # fills on the first chunk; later shards of a worker are a bit faster)
+                result = run_new(root, mode, Vocabulary(tok), seqs, measures, chunk)
+            shutil.rmtree(root, ignore_errors=True)
+            print(json.dumps(result), flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+class Side:
+    """A server process running one side's code (``src``: the mixscope sources to import)."""
+
+    def __init__(self, src: str, args: argparse.Namespace) -> None:
+        import json
+        import subprocess
+
+        self._json = json
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(HERE)])}
+        flags = ["--shard-seqs", str(args.shard_seqs), "--batch-size", str(args.batch_size)]
+        flags += ["--dir", args.dir] if args.dir else []
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "host.py"), "--serve", *flags],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.ask_line()  # ready
+
+    def ask_line(self, line: str | None = None) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        if line is not None:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise SystemExit(f"benchmark server {self.proc.args} ended early")
+        return self._json.loads(answer)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def baseline_src(rev: str, into: str) -> str:
+    """``src/`` of git revision ``rev`` extracted under ``into``; the path of its src."""
+    import subprocess
+
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "src"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    return f"{into}/src"
+
+
+def report(med: dict, tokens: int, args: argparse.Namespace, load: tuple, code: str) -> str:
+    """The results as markdown (what ``--save`` writes for the README)."""
+    out: list[str] = []
+    say = out.append
+    say(
+        f"Host path ({tokens:,} tokens per shard: {args.shard_seqs} sequences of {SEQ_LEN}, "
+        f"{LAYERS} layers, chunks of {max(64, 4 * args.batch_size)}; one thread; median of "
+        f"{args.reps} interleaved repetitions; code {code} vs baseline `{args.baseline}`; "
+        f"load average {load[0]:.2f} → {load[1]:.2f}; `python benchmarks/host.py"
+        f"{' --quick' if args.quick else ''}`):"
+    )
+    say("")
+    say(
+        "| `output.detail` | tokens/s per core | baseline | × baseline | wall tokens/s "
+        "| finish share | bytes per token-layer (all files) | goal |"
+    )
+    say("|---|---|---|---|---|---|---|---|")
+    labels = {
+        "none": "`none`",
+        "sample": "`sample` (1%)",
+        "full32": "`full`, float32",
+        "full16": "`full`, float16",
+    }
+    for mode in MODES:
+        cur, base = med["current"][mode], med["baseline"][mode]
+        rate, base_rate = tokens / cur["cpu"], tokens / base["cpu"]
+        paired = cur["paired"]
+        goal = ""
+        if mode in ("none", "sample"):
+            goal = f"≥ {GOAL // 1000}k: " + ("met" if rate >= GOAL else "**NOT met**")
+        say(
+            f"| {labels[mode]} | **{rate:,.0f}** | {base_rate:,.0f} | {paired:.2f}× "
+            f"| {tokens / cur['seconds']:,.0f} | {cur['finish'] / cur['cpu']:.0%} "
+            f"| {cur['bytes'] / (tokens * LAYERS):.2f} "
+            f"(baseline {base['bytes'] / (tokens * LAYERS):.2f}) "
+            f"| {goal} |"
+        )
+    old = med["current"]["old"]
+    say(
+        f"| schema 1 (long rows, no statistics), for reference | {tokens / old['cpu']:,.0f} "
+        f"| | | {tokens / old['seconds']:,.0f} | {old['finish'] / old['cpu']:.0%} "
+        f"| {old['bytes'] / (tokens * LAYERS):.2f} | |"
+    )
+    say("")
+    say(
+        "× baseline: the median over repetitions of the paired ratio (baseline CPU time over "
+        "current, the two run back to back). "
+        "tokens/s per core: tokens over the shard's process CPU time (one thread); wall: over "
+        "its wall-clock time; finish: the share of the CPU time in `finish()` (tables, "
+        "Parquet, writes)."
+    )
+    return "\n".join(out) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shard-seqs", type=int, default=600, help="sequences per shard")
@@ -194,94 +341,56 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 128 sequences, 1 rep")
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
+    parser.add_argument("--baseline", default=BASELINE, help="git revision to compare with")
+    parser.add_argument("--save", action="store_true", help=f"also write {RESULTS}")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.shard_seqs, args.reps = 128, 1
-    chunk = max(64, 4 * args.batch_size)
+    if args.serve:
+        return serve(args)
 
-    from mixscope.stats.block import Vocabulary
-
-    tok = minilm_tokenizer()
-    rng = np.random.default_rng(0)
-    seqs, measures = synthetic_shard(rng, 0, args.shard_seqs)
-    base = tempfile.mkdtemp(prefix="mixscope-host-bench-", dir=args.dir)
+    tmp = tempfile.mkdtemp(prefix="mixscope-host-baseline-", dir=args.dir)
     load_before = os.getloadavg()
-    times: dict[str, list[dict]] = {m: [] for m in ORDER}
     try:
-
-        def once(mode: str, rep: int) -> dict:
-            root = f"{base}/{mode}-{rep}"
-            if mode == "old":
-                result = run_old(tok, seqs, measures, chunk)
-            else:
-                # a fresh Vocabulary per shard, as a worker's first shard has (its cache
-                # fills on the first chunk; later shards of a worker are a bit faster)
-                result = run_new(root, mode, Vocabulary(tok), seqs, measures, chunk)
-            shutil.rmtree(root, ignore_errors=True)
-            return result
-
-        for mode in ORDER:  # warm-up: imports, tokenizer caches, allocator
-            once(mode, -1)
-        for rep in range(args.reps):
-            for mode in ORDER:
-                times[mode].append(once(mode, rep))
-                t = times[mode][-1]
-                print(f"  rep {rep + 1}/{args.reps} {mode}: {t['seconds']:.3f}s", file=sys.stderr)
-        profiles = {
-            m: breakdown(f"{base}/profile-{m}", tok, seqs, measures, chunk, m)
-            for m in ("none", "full32")
+        sides = {
+            "current": Side(str(REPO / "src"), args),
+            "baseline": Side(baseline_src(args.baseline, tmp), args),
         }
+        order = [(side, mode) for mode in MODES for side in sides] + [("current", "old")]
+        times: dict[str, dict[str, list[dict]]] = {s: {} for s in sides}
+        for side, mode in order:  # warm-up: imports, tokenizer caches, allocator
+            sides[side].ask_line(f"{mode} -1")
+        for rep in range(args.reps):
+            for side, mode in order:
+                t = sides[side].ask_line(f"{mode} {rep}")
+                times[side].setdefault(mode, []).append(t)
+                print(
+                    f"  rep {rep + 1}/{args.reps} {side} {mode}: {t['cpu']:.3f}s CPU, "
+                    f"{t['seconds']:.3f}s wall",
+                    file=sys.stderr,
+                )
+        profiles = sides["current"].ask_line("profile 0")
+        for side in sides.values():
+            side.close()
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     load_after = os.getloadavg()
 
-    tokens = sum(len(s) for s in seqs)
+    tokens = times["current"]["none"][0]["tokens"]
     med = {
-        m: {k: statistics.median(r[k] for r in rs) for k in ("seconds", "finish")}
-        for m, rs in times.items()
+        side: {
+            m: {k: statistics.median(r[k] for r in rs) for k in ("seconds", "cpu", "finish")}
+            | {"bytes": rs[-1]["bytes"]}
+            for m, rs in by_mode.items()
+        }
+        for side, by_mode in times.items()
     }
-    print(
-        f"mixscope host benchmark: {tokens:,} tokens per shard ({args.shard_seqs} sequences of "
-        f"{SEQ_LEN}, {LAYERS} layers, chunks of {chunk}), one thread, "
-        f"median of {args.reps}, interleaved; pyarrow {pa.__version__}, numpy {np.__version__}"
-    )
-    print(f"code: {source_state()}")
-    print(
-        "load average (1/5/15 min) before: "
-        + " ".join(f"{x:.2f}" for x in load_before)
-        + ", after: "
-        + " ".join(f"{x:.2f}" for x in load_after)
-    )
-    header = (
-        f"{'mode':<8} {'seconds':>8} {'finish':>7} {'tokens/s/core':>14} {'x old':>6} "
-        f"{'bytes/tok':>9} {'B/tok-layer':>11}  goal"
-    )
-    print(header)
-    print("-" * len(header))
-    old_rate = tokens / med["old"]["seconds"]
-    labels = {
-        "none": "detail none",
-        "sample": "detail sample 1%",
-        "full32": "detail full float32",
-        "full16": "detail full float16",
-        "old": "schema 1: to_table + parquet_bytes",
-    }
-    for mode in ORDER:
-        s = med[mode]["seconds"]
-        rate = tokens / s
-        nbytes = times[mode][-1]["bytes"]
-        goal = labels[mode]
-        if mode in ("none", "sample"):
-            goal += f"; >= {GOAL // 1000}k/s: " + ("met" if rate >= GOAL else "NOT met")
-        print(
-            f"{mode:<8} {s:>8.3f} {med[mode]['finish'] / s:>6.0%} {rate:>14,.0f} "
-            f"{rate / old_rate:>5.2f}x {nbytes / tokens:>9.2f} "
-            f"{nbytes / (tokens * LAYERS):>11.2f}  {goal}"
-        )
-    print(
-        "finish = share of the time in finish() (merge + Parquet + rename); bytes = every file "
-        "of the shard (old: the long tokens file alone, no statistics)"
-    )
+    for mode in MODES:  # paired: each repetition's two sides ran back to back
+        pairs = zip(times["baseline"][mode], times["current"][mode], strict=True)
+        med["current"][mode]["paired"] = statistics.median(b["cpu"] / c["cpu"] for b, c in pairs)
+    text = report(med, tokens, args, (load_before[0], load_after[0]), source_state())
+    print(f"mixscope host benchmark; pyarrow {pa.__version__}, numpy {np.__version__}\n\n" + text)
     for mode, (total, top, sizes) in profiles.items():
         print()
         print(
@@ -297,6 +406,10 @@ def main() -> int:
                 f"{k} {r:,} rows {b:,} B ({b / tokens:.1f} B/token)" for k, (r, b) in sizes.items()
             )
         )
+    if args.save:
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(text, encoding="utf-8")
+        print(f"wrote {RESULTS} (python benchmarks/readme.py puts it in the README)")
     return 0
 
 

@@ -125,7 +125,7 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
             continue
         merged = exact(kind, merge(kind, [with_exact(kind, p) for p in parts]))
         path = layout.generation_file(kind_name, run_id, nxt.generation)
-        nxt.files[kind_name] = write_parquet(layout, path, merged)
+        nxt.files[kind_name] = write_parquet(layout, path, merged, stats=True)
     record = f"{layout.consolidation_dir(run_id)}/{nxt.generation:06d}.json"
     if not layout.write_json_exclusive(record, nxt.to_dict()):
         for entry in nxt.files.values():  # another consolidator made this generation

@@ -141,7 +141,7 @@ class Layout:
 
     # -- small atomic primitives -------------------------------------------------------
 
-    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+    def write_bytes_atomic(self, path: str, data: bytes | pa.Buffer) -> None:
         """Write to a hidden temporary name in the same folder, then rename over ``path``.
 
         S3: one PUT under the final name, atomic by itself (a rename there would be a copy

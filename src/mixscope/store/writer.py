@@ -1,4 +1,12 @@
-"""Parquet shard files: zstd, the explicit schema, dictionary-encoded tokens, atomic rename."""
+"""Parquet shard files: zstd, the explicit schema, dictionary-encoded tokens, atomic rename.
+
+Statistics files (``stats_options``) are encoded differently from the detail, by
+measurement (``benchmarks/host.py``): their integer keys and counts are long sorted or
+slowly varying runs, which delta encoding stores in a fraction of a dictionary's bytes
+and time, and their float moments are near-unique, where zstd's fast level -1 costs 60%
+of level 1's time for 0.3% more bytes (lz4 would be faster still, but +4.5% bytes and a
+codec older Parquet readers lack: every file stays zstd).
+"""
 
 from __future__ import annotations
 
@@ -33,10 +41,42 @@ def options(schema: pa.Schema) -> dict[str, Any]:
     }
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
+#: columns of the statistics that stay dictionary-encoded: few distinct values (and strings)
+_DICTIONARY = frozenset({"layer", "category", "token_type", "measure", "token"})
+
+
+def stats_options(schema: pa.Schema) -> dict[str, Any]:
+    """Statistics tables: delta-encoded integers (ids, bins, counts), dictionaries for the
+    columns of few values and for strings, byte-stream-split floats at zstd level -1,
+    everything else zstd level 1. On a 76.8k-token shard: ``token_stats`` 1.6x faster to
+    encode for +0.3% bytes, the histograms 1.1x faster and 30-40% smaller than
+    ``options``."""
+    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+    delta = [f.name for f in schema if pa.types.is_integer(f.type) and f.name not in _DICTIONARY]
+    return {
+        "compression": "zstd",
+        "compression_level": {n: -1 if n in floats else 1 for n in schema.names},
+        "use_dictionary": [n for n in schema.names if n not in floats and n not in delta],
+        "use_byte_stream_split": False,
+        "column_encoding": {
+            **{n: "DELTA_BINARY_PACKED" for n in delta},
+            **{n: "BYTE_STREAM_SPLIT" for n in floats},
+        },
+        "write_statistics": True,
+    }
+
+
+def parquet_buffer(table: pa.Table, stats: bool = False) -> pa.Buffer:
+    """``table`` encoded as Parquet (``stats``: with ``stats_options``, else ``options``),
+    in Arrow's buffer (hashing and writing read it in place: no copy into ``bytes``)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, row_group_size=1 << 20, **options(table.schema))
-    return sink.getvalue().to_pybytes()
+    opts = stats_options(table.schema) if stats else options(table.schema)
+    pq.write_table(table, sink, row_group_size=1 << 20, **opts)
+    return sink.getvalue()
+
+
+def parquet_bytes(table: pa.Table, stats: bool = False) -> bytes:
+    return parquet_buffer(table, stats).to_pybytes()
 
 
 class ParquetBuffer:
@@ -52,22 +92,23 @@ class ParquetBuffer:
         self._writer.write_table(table, row_group_size=1 << 20)
         self.rows += table.num_rows
 
-    def getvalue(self) -> bytes:
+    def getvalue(self) -> pa.Buffer:
         self._writer.close()
-        return self._sink.getvalue().to_pybytes()
+        return self._sink.getvalue()
 
 
-def write_bytes(layout: Layout, path: str, data: bytes, rows: int) -> dict:
+def write_bytes(layout: Layout, path: str, data: bytes | pa.Buffer, rows: int) -> dict:
     """Write encoded Parquet ``data`` to ``path`` atomically; the manifest entry."""
     layout.write_bytes_atomic(path, data)
     return {
         "path": layout.relative(path),
-        "bytes": len(data),
+        "bytes": data.size if isinstance(data, pa.Buffer) else len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
         "rows": rows,
     }
 
 
-def write_parquet(layout: Layout, path: str, table: pa.Table) -> dict:
-    """Write ``table`` to ``path`` atomically; its size and sha256 for the manifest."""
-    return write_bytes(layout, path, parquet_bytes(table), table.num_rows)
+def write_parquet(layout: Layout, path: str, table: pa.Table, stats: bool = False) -> dict:
+    """Write ``table`` to ``path`` atomically (``stats``: a statistics table, encoded with
+    ``stats_options``); its size and sha256 for the manifest."""
+    return write_bytes(layout, path, parquet_buffer(table, stats), table.num_rows)

@@ -1,0 +1,124 @@
+"""Moments of token-layer values: per token key (``TokenMoments``) and per sequence and
+category (``sequence_moments``), one block at a time.
+
+Both are scatters of the block's ``[layer, measure, token]`` values into groups; what
+makes them fast is where the scatter lands. ``TokenMoments`` keeps its shard-wide
+accumulators ``[measure, layer, id]`` but scatters each block into a block-local copy of
+just the ids the block has (gathered, scattered into, put back): the targets of one block
+fit in cache whatever the shard's vocabulary, and every target still receives its values
+in token order from the value it had, so the sums are the bits the shard-wide scatter
+would give. ``sequence_moments`` sorts the block's tokens by (sequence, category) once and
+sums runs (``reduceat``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mixscope.stats.block import TokenBlock
+from mixscope.stats.keys import KeyIndex, grouped, unique_inverse
+from mixscope.store.schema import CATEGORIES, STORED_MEASURES
+
+N_CAT = len(CATEGORIES)
+N_MEAS = len(STORED_MEASURES)
+
+
+class TokenMoments:
+    """Count, Σ, Σ², min, max of each (token key, layer, measure), dense by the key's id.
+
+    The accumulators are ``[id, measure, layer]`` (float64 sums, float32 extremes; one
+    contiguous row per id, so a block gathers and puts back whole rows); ``n`` is
+    ``[id]``. Min and max are exact; each sum adds its values in token order.
+    """
+
+    def __init__(self) -> None:
+        self.index = KeyIndex()
+        self.layers = 0
+        self.n = np.zeros(0, np.int64)
+        self.sum = self.sumsq = np.zeros((0, N_MEAS, 0))
+        self.min = self.max = np.zeros((0, N_MEAS, 0), np.float32)
+
+    @property
+    def capacity(self) -> int:
+        return len(self.n)
+
+    def _reserve(self, size: int, layers: int) -> None:
+        """Room for ``size`` ids: the arrays grown (and copied) when full; the first block
+        reserves four times its keys, so a shard grows its arrays a few times at most."""
+        if size <= self.capacity:
+            return
+        old = self.capacity
+        cap = max(size, 2 * old, 4 * size if not old else 0, 1024)
+        self.layers = layers
+
+        def grown(a: np.ndarray, fill: float) -> np.ndarray:
+            out = np.empty((cap, N_MEAS, layers), a.dtype)
+            if old:
+                out[:old] = a
+            out[old:] = fill
+            return out
+
+        n = np.zeros(cap, np.int64)
+        n[:old] = self.n
+        self.n = n
+        self.sum, self.sumsq = grown(self.sum, 0.0), grown(self.sumsq, 0.0)
+        self.min, self.max = grown(self.min, np.inf), grown(self.max, -np.inf)
+
+    def add(self, keys: np.ndarray, values: np.ndarray, v64: np.ndarray) -> np.ndarray:
+        """Add a block: ``keys`` [tokens], ``values`` [layers, measures, tokens] float32 and
+        its float64 copy; the id of each token's key."""
+        uniq, inverse, counts = unique_inverse(keys)
+        ids = self.index.ids(uniq)
+        L = values.shape[0]
+        self._reserve(len(self.index), L)
+        self.n[ids] += counts  # ids unique: no lost updates
+        # the flat index into the block's [U, measure, layer] rows of each
+        # [layer, measure, token] value
+        row = np.arange(N_MEAS)[None, :] * L + np.arange(L)[:, None]  # [L, M]
+        local = (row[:, :, None] + inverse * (N_MEAS * L)).reshape(-1)
+        sq = np.square(v64)  # exact: a float32's square fits a float64
+        for acc, src, ufunc in (
+            (self.sum, v64, np.add),
+            (self.sumsq, sq, np.add),
+            (self.min, values, np.minimum),
+            (self.max, values, np.maximum),
+        ):
+            part = np.take(acc, ids, axis=0)  # [U, measure, layer]: the rows this block touches
+            ufunc.at(part.reshape(-1), local, src.reshape(-1))
+            acc[ids] = part
+        return ids[inverse]
+
+    def by_key(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Token keys sorted, their n [keys] and moments [measure, keys, layer]."""
+        order = np.argsort(self.index.keys)
+        moments = {
+            k: getattr(self, k)[order].transpose(1, 0, 2) for k in ("sum", "sumsq", "min", "max")
+        }
+        return self.index.keys[order], {"n": self.n[order], **moments}
+
+
+def sequence_moments(block: TokenBlock, v64: np.ndarray) -> dict[str, np.ndarray]:
+    """Per category (index N_CAT: every token): sequences with such tokens, Σ and Σ² of
+    their per-sequence means ([N_CAT + 1, measures, layers])."""
+    L, T = v64.shape[0], v64.shape[2]
+    group = block.sequence * N_CAT + block.category  # [tokens]
+    order, starts, present = grouped(group)  # the (sequence, category) groups there are
+    counts = np.diff(np.r_[starts, T])
+    ordered = np.take(v64.reshape(L * N_MEAS, T), order, axis=1)
+    sums = np.add.reduceat(ordered, starts, axis=1)  # [layer · m, group]
+    sums = sums.reshape(L, N_MEAS, -1).transpose(1, 0, 2)  # [m, layer, group]
+    seq_of, cats = present // N_CAT, present % N_CAT
+    seq_starts = np.flatnonzero(np.r_[True, seq_of[1:] != seq_of[:-1]])
+    per_seq = np.add.reduceat(counts, seq_starts)
+    seq_means = np.add.reduceat(sums, seq_starts, axis=2) / per_seq  # [m, layer, seq]
+    means = sums / counts  # [m, layer, group]
+    out: dict[str, np.ndarray] = {"sequences": np.zeros(N_CAT + 1, np.int64)}
+    out["sequences"][:N_CAT] = np.bincount(cats, minlength=N_CAT)
+    out["sequences"][N_CAT] = len(seq_starts)
+    for name, power in (("seq_sum", 1), ("seq_sumsq", 2)):
+        acc = np.zeros((N_CAT + 1, N_MEAS, L))
+        for c in np.unique(cats):
+            acc[c] = (means[:, :, cats == c] ** power).sum(axis=2)
+        acc[N_CAT] = (seq_means**power).sum(axis=2)
+        out[name] = acc  # [cat, m, layer]
+    return out

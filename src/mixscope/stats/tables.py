@@ -1,0 +1,32 @@
+"""Arrow tables of statistics from numpy columns, in a kind's column order and types."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from mixscope.store.schema import STORED_MEASURES, StatsKind
+
+
+def kind_table(kind: StatsKind, columns: dict[str, np.ndarray | pa.Array]) -> pa.Table:
+    """The working table (float64 sums) of the given columns, in the kind's column order;
+    numpy columns are cast to the field's type first (numpy casts are several times
+    faster than Arrow's checked ones)."""
+    fields = [f for f in kind.schema if f.name in columns]
+    arrays = []
+    for f in fields:
+        c = columns[f.name]
+        if isinstance(c, np.ndarray):
+            c = np.ascontiguousarray(c, dtype=f.type.to_pandas_dtype())
+        arrays.append(pa.array(c, f.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=kind.schema.metadata))
+
+
+def measure_columns(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``{stat: [measure, keys, layers]}`` → ``{"attn_w_sum": [keys · layers], …}``
+    (key-major, layer-minor rows)."""
+    return {
+        f"{m}_{stat}": arr[k].reshape(-1)
+        for k, m in enumerate(STORED_MEASURES)
+        for stat, arr in stats.items()
+    }

@@ -1,0 +1,157 @@
+"""The vectorized statistics of a shard (stats/accumulate.py, moments.py, histograms.py)
+against a brute-force float64 computation, value by value, in plain Python.
+
+The shard is added in chunks that share many keys, with the token-histogram buffer made
+small enough to be counted several times in between, so the block-local scatters, the
+growth of the accumulators and the merge of counted and buffered events all take part.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+import sql_fixtures as sf
+from mixscope.stats import histograms
+from mixscope.stats.accumulate import ShardStatistics
+from mixscope.stats.block import TokenBlock, Vocabulary, token_block
+from mixscope.stats.histograms import bins, fast_bins
+from mixscope.store.schema import ALL_TOKENS, HIST_BINS, STATS, STORED_MEASURES
+
+LAYERS = 3
+CHUNKS = ((0, 5), (5, 6), (6, 19), (19, 33), (33, None))
+
+
+def _close(got: float, want: float) -> bool:
+    return math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-300)
+
+
+@pytest.fixture(scope="module")
+def shard():
+    """(the blocks as added, the tables of the shard)."""
+    rng = np.random.default_rng(11)
+    seqs = sf.make_sequences(rng, 45, pairs=True, unk_every=4)
+    encoded, measures = sf.shard_arrays(seqs, LAYERS, rng)
+    for m in measures:  # off the 1/8 grid; a few values >= 1 fall in the last bin
+        m += rng.random(m.shape, dtype=np.float32) / 7
+        m[:, 2] = m[:, 0] / 2
+    vocab = Vocabulary(sf.SyntheticTokenizer())
+    blocks = [token_block(encoded[lo:hi], measures[lo:hi], vocab) for lo, hi in CHUNKS]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(histograms, "HIST_BUFFER", 500)  # counted many times in between
+        acc = ShardStatistics(vocab)
+        for b in blocks:
+            acc.add(b)
+        tables = acc.tables()
+    return blocks, {k: t.to_pylist() for k, t in tables.items()}
+
+
+def _occurrences(blocks: list[TokenBlock]):
+    """Every token of the shard: (keys, sequence, [layer][measure] float64 values)."""
+    seq_base = 0
+    for b in blocks:
+        for t in range(len(b)):
+            values = [[float(b.values[layer, k, t]) for k in range(4)] for layer in range(LAYERS)]
+            yield (
+                {
+                    "token_id": int(b.token_id[t]),
+                    "original_id": int(b.original_id[t]),
+                    "token_type": int(b.token_type[t]),
+                    "category": int(b.category[t]),
+                },
+                seq_base + int(b.sequence[t]),
+                values,
+            )
+        seq_base += int(b.sequence.max()) + 1
+
+
+def test_token_and_layer_moments_equal_brute_force(shard):
+    blocks, tables = shard
+    token: dict[tuple, list[float]] = defaultdict(list)
+    layer: dict[tuple, list[float]] = defaultdict(list)
+    for keys, _, values in _occurrences(blocks):
+        k = (keys["token_id"], keys["original_id"], keys["token_type"], keys["category"])
+        for li, row in enumerate(values):
+            for mi, v in enumerate(row):
+                token[(li + 1, *k, mi)].append(v)
+                layer[(li + 1, keys["category"], keys["token_type"], mi)].append(v)
+    for name, want, key_cols in (
+        ("token_stats", token, ("layer", "token_id", "original_id", "token_type", "category")),
+        ("layer_stats", layer, ("layer", "category", "token_type")),
+    ):
+        rows = tables[name]
+        assert len(rows) * 4 == len(want), name
+        for r in rows:
+            for mi, m in enumerate(STORED_MEASURES):
+                v = want[(*(r[c] for c in key_cols), mi)]
+                assert r["n"] == len(v)
+                assert _close(r[f"{m}_sum"], math.fsum(v)), (name, r, m)
+                assert _close(r[f"{m}_sumsq"], math.fsum(x * x for x in v)), (name, r, m)
+                assert r[f"{m}_min"] == min(v) and r[f"{m}_max"] == max(v), (name, r, m)
+
+
+def test_sequence_moments_equal_brute_force(shard):
+    blocks, tables = shard
+    per: dict[tuple, list[list[float]]] = defaultdict(list)  # (seq, cat) → token values
+    for keys, seq, values in _occurrences(blocks):
+        per[(seq, keys["category"])].append(values)
+        per[(seq, ALL_TOKENS)].append(values)
+    rows = tables["sequence_stats"]
+    assert {r["category"] for r in rows} == {c for _, c in per}
+    for r in rows:
+        groups = [v for (_, c), v in per.items() if c == r["category"]]
+        assert r["sequences"] == len(groups)
+        for mi, m in enumerate(STORED_MEASURES):
+            means = [math.fsum(t[r["layer"] - 1][mi] for t in g) / len(g) for g in groups]
+            assert _close(r[f"{m}_seq_sum"], math.fsum(means)), (r, m)
+            assert _close(r[f"{m}_seq_sumsq"], math.fsum(x * x for x in means)), (r, m)
+
+
+def _bin(v: float) -> int:
+    return min(max(math.floor(v * HIST_BINS), 0), HIST_BINS - 1)
+
+
+def test_histograms_and_frequencies_equal_brute_force(shard):
+    blocks, tables = shard
+    token_hist: dict[tuple, int] = defaultdict(int)
+    layer_hist: dict[tuple, int] = defaultdict(int)
+    freq: dict[int, int] = defaultdict(int)
+    for keys, _, values in _occurrences(blocks):
+        cat = keys["category"]
+        freq[keys["original_id"]] += 1
+        for mi in range(4):
+            # the layer average as the accumulator takes it: a float64 sum over layers
+            avg = sum(row[mi] for row in values) / LAYERS
+            token_hist[(keys["token_id"], keys["original_id"], cat, mi, _bin(avg))] += 1
+            for li, row in enumerate(values):
+                layer_hist[(li + 1, cat, mi, _bin(row[mi]))] += 1
+    got = tables["token_hist"]
+    keys = [(r["token_id"], r["original_id"], r["category"], r["measure"], r["bin"]) for r in got]
+    assert keys == sorted(keys)  # rows in key order
+    assert dict(zip(keys, (r["count"] for r in got), strict=True)) == token_hist
+    got_layer = {
+        (r["layer"], r["category"], r["measure"], r["bin"]): r["count"]
+        for r in tables["layer_hist"]
+    }
+    assert got_layer == layer_hist
+    assert {r["token_id"]: r["count"] for r in tables["frequencies"]} == freq
+    assert set(tables) == set(STATS)
+
+
+def test_fast_bins_equal_bins_on_every_kind_of_value():
+    edge = [0.0, -0.0, 1e-30, 0.5, 1 - 2**-24, 1.0, 1.5, 4095.9, 2.0**19 - 1, 2.0**19, 1e30]
+    edge += [-1e-30, -0.5, -7.0, float("nan"), float("inf"), float("-inf")]
+    rng = np.random.default_rng(3)
+    for values in (
+        rng.random((2, 4, 500), dtype=np.float32),  # the fast path
+        (rng.random((2, 4, 500)) * 3).astype(np.float32),  # >= 1 too
+        np.array(edge, dtype=np.float32),  # the slow path (negatives, NaN, inf)
+        np.array(edge[:11], dtype=np.float32),  # 2^19 and above: slow path
+        np.array(edge, dtype=np.float64),
+        np.zeros(0, np.float32),
+    ):
+        with np.errstate(invalid="ignore"):  # NaN and inf cast: bins' own behaviour
+            np.testing.assert_array_equal(fast_bins(values), bins(values))
