@@ -63,10 +63,6 @@ def ensure_ray(address: str | None) -> Any:
         return ray
     # no address: an embedded instance of our own, even if a cluster runs on this machine
     address = address or os.environ.get("RAY_ADDRESS") or "local"
-    if address != "local":  # a cluster with token auth (Ray's default) needs the token
-        from mixscope.runtime.submit import _use_token_if_present
-
-        _use_token_if_present()
     try:
         ray.init(
             address=address,
