@@ -21,9 +21,11 @@ class NodeHealth:
     failures: dict[str, int] = field(default_factory=dict)  # node → deaths in a row
     until: dict[str, float] = field(default_factory=dict)  # node → backed off until
     lost: dict[str, str] = field(default_factory=dict)  # node → why it was given up / died
+    deaths: dict[str, int] = field(default_factory=dict)  # node → actor deaths in all
 
     def failed(self, node: str, why: str, now: float | None = None) -> None:
         now = time.time() if now is None else now
+        self.deaths[node] = self.deaths.get(node, 0) + 1
         k = self.failures.get(node, 0) + 1
         self.failures[node] = k
         self.until[node] = now + self.backoff * 2 ** (k - 1)

@@ -51,6 +51,7 @@ class PoolStatus:
                     "alive": bool(info.get("alive")),
                     "lost": lost,
                     "actors": len(mine),
+                    "actor_deaths": pool.health.deaths.get(node, 0),
                     "resources": {
                         k: v for k, v in info.get("resources", {}).items() if "node:" not in k
                     },

@@ -203,6 +203,10 @@ class RayExecutor:
             status.finished(time.time())
         finally:
             pool.shutdown()
+            try:
+                pool.poll_nodes()  # a node lost near the end is reported too
+            except Exception:
+                pass
             status.write(force=True)
 
     def _start(self, pool: ActorPool, n_shards: int) -> None:
