@@ -95,8 +95,18 @@ class LocalCluster:
         env = {**driver_env(), "RAY_USAGE_STATS_ENABLED": "0"}
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [RAY, "start", "--block", "--disable-usage-stats", "--temp-dir", str(temp)]
-                + ["--node-ip-address", "127.0.0.1", *_ports(), *args],
+                [
+                    RAY,
+                    "start",
+                    "--block",
+                    "--disable-usage-stats",
+                    "--temp-dir",
+                    str(temp),
+                    "--node-ip-address",
+                    "127.0.0.1",
+                    *_ports(),
+                    *args,
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -109,10 +119,23 @@ class LocalCluster:
     def start_head(self, num_cpus: int = 1) -> Node:
         node = self._start(
             "head",
-            ["--head", "--port", str(self.port), "--num-cpus", str(num_cpus)]
-            + ["--include-dashboard", "false", "--dashboard-port", str(free_port())]
-            + ["--ray-client-server-port", str(free_port())]
-            + ["--min-worker-port", "0", "--max-worker-port", "0"],
+            [
+                "--head",
+                "--port",
+                str(self.port),
+                "--num-cpus",
+                str(num_cpus),
+                "--include-dashboard",
+                "false",
+                "--dashboard-port",
+                str(free_port()),
+                "--ray-client-server-port",
+                str(free_port()),
+                "--min-worker-port",
+                "0",
+                "--max-worker-port",
+                "0",
+            ],
         )
         self.wait_for_nodes(1)
         return node
@@ -127,8 +150,9 @@ class LocalCluster:
     def alive_nodes(self) -> int:
         """Alive nodes as the cluster's GCS sees them (``ray list``-free: a tiny driver)."""
         code = (
-            "import ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False);"
-            "print(sum(1 for n in ray.nodes() if n['Alive']))" % self.address
+            f"import ray; ray.init(address={self.address!r}, logging_level='ERROR', "
+            "log_to_driver=False);"
+            "print(sum(1 for n in ray.nodes() if n['Alive']))"
         )
         out = subprocess.run(
             [sys.executable, "-c", code],

@@ -35,7 +35,23 @@ SLOW = 1.5  # seconds per shard at least
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("elastic") / "docs.txt"
-    words = "the cat sat on a mat while dogs ran after red balls in the park".split()
+    words = [
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "a",
+        "mat",
+        "while",
+        "dogs",
+        "ran",
+        "after",
+        "red",
+        "balls",
+        "in",
+        "the",
+        "park",
+    ]
     lines = [" ".join(words[(i + k) % len(words)] for k in range(5 + i % 9)) for i in range(28)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -84,8 +100,18 @@ def _driver(cluster: LocalCluster, args: list[str], log: Path) -> subprocess.Pop
     env["MIXSCOPE_FAULTS"] = json.dumps({"slow": {"seconds": SLOW}})
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-c", "from mixscope.cli import main; main()", "run", *args]
-            + ["--address", cluster.address, "--set", "runtime.max_workers=2", "--no-progress"],
+            [
+                sys.executable,
+                "-c",
+                "from mixscope.cli import main; main()",
+                "run",
+                *args,
+                "--address",
+                cluster.address,
+                "--set",
+                "runtime.max_workers=2",
+                "--no-progress",
+            ],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -178,7 +204,9 @@ def test_losing_the_second_node_completes_on_the_head(
     from mixscope.store.layout import Layout
 
     layout = Layout.open(str(out))
-    run_id = next(iter(json.loads(p.read_text())["run_id"] for p in out.glob("_mixscope/runs/*/run.json")))
+    run_id = next(
+        iter(json.loads(p.read_text())["run_id"] for p in out.glob("_mixscope/runs/*/run.json"))
+    )
     commits = manifest.commits(layout, run_id)
     assert len(commits) == SHARDS
     assert any(c["attempt"] >= 2 for c in commits.values()), text[-2000:]  # the lost shard

@@ -16,8 +16,9 @@ local Ray, a fixed cluster) the request is inert.
 
 **Growth and loss.** Between results (every ``POLL`` seconds at most) the pool polls the
 nodes: new room → new actors (up to the want); a node no longer alive → its actors are
-gone and it is reported lost; idle actors beyond ``min_workers`` are released once the
-queue is empty, so a finished tail gives its GPUs back to the autoscaler.
+gone and it is reported lost; once the queue is empty, idle actors beyond ``min_workers``
+(and one spare while shards still run, for a retry) are released, so a finished tail
+gives its GPUs back to the autoscaler.
 """
 
 from __future__ import annotations
@@ -217,8 +218,10 @@ class ActorPool:
                     self._take(room, 1)
                     have += 1
         self._demand(want if have < want else 0)
-        if queue_empty:  # the tail: idle actors beyond min_workers give their node back
-            extra = len(self.live()) - self.min_workers
+        if queue_empty:  # the tail: idle actors give their node back, but for min_workers
+            # and one spare while shards run (a shard whose node dies is retried at once)
+            busy = len([a for a in self.live() if a.state == "busy"])
+            extra = len(self.live()) - max(self.min_workers, busy + 1 if busy else 0)
             for a in self.idle():
                 if extra <= 0:
                     break

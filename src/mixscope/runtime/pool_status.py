@@ -83,3 +83,15 @@ def read_pool_status(root: str, run_id: str) -> dict[str, Any] | None:
     layout = Layout.open(root)
     data = layout.read_json(f"{layout.run_dir(run_id)}/{FILE}")
     return data if isinstance(data, dict) else None
+
+
+def pool_tables(state: dict[str, Any]) -> list[tuple[list[str], list[list[Any]]]]:
+    """``actors.json`` as (headers, rows) tables: actors, then nodes (``status --actors``)."""
+    actor_cols = ["actor", "node", "state", "shard", "shards", "tokens", "tok/s", "start_s"]
+    actor_cols += ["load_s", "error"]
+    cut = {"node": 12, "error": 60}
+    actors = [[str(a.get(c, ""))[: cut[c]] if c in cut else a.get(c, "") for c in actor_cols]
+              for a in state.get("actors", [])]  # fmt: skip
+    node_cols = ["node", "address", "alive", "actors", "actor_deaths", "lost"]
+    nodes = [[n.get(c, "") for c in node_cols] for n in state.get("nodes", [])]
+    return [(actor_cols, actors), (node_cols, nodes)]

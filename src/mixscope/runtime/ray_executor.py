@@ -30,8 +30,8 @@ from mixscope.config import JobSpec
 from mixscope.corpus.plan import Shard
 from mixscope.errors import MixscopeError, one_line
 from mixscope.runtime import faults
-from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.actor_pool import POLL, Actor, ActorPool
+from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.executor import RetryPolicy
 from mixscope.runtime.node_health import NodeHealth
 from mixscope.runtime.pool_status import PoolStatus
