@@ -115,18 +115,19 @@ def main() -> None:
 
     print()
     print(
-        f"Elastic pool (2 CPU actors, MiniLM, {args.files} files x {args.docs} docs, medians of {args.reps}):\n"
+        f"Elastic pool (2 CPU actors, MiniLM, {args.files} files x {args.docs} docs, "
+        f"medians of {args.reps}):\n"
     )
     print("| shard order | idle actor-seconds at the end | pool seconds | job wall seconds |")
     print("|---|---|---|---|")
     for order in ("plan", "largest_first"):
-        print(
-            f"| {order} | {med(order, 'tail'):.2f} | {med(order, 'pool'):.2f} | {med(order, 'wall'):.2f} |"
-        )
+        cells = [f"{med(order, k):.2f}" for k in ("tail", "pool", "wall")]
+        print(f"| {order} | " + " | ".join(cells) + " |")
     tail_ratio = med("largest_first", "tail") / max(med("plan", "tail"), 1e-9)
     pool_ratio = med("largest_first", "pool") / max(med("plan", "pool"), 1e-9)
     print(
-        f"\nidle tail after / before: **{tail_ratio:.2f}x**; pool time after / before: {pool_ratio:.2f}x"
+        f"\nidle tail after / before: **{tail_ratio:.2f}x**; "
+        f"pool time after / before: {pool_ratio:.2f}x"
     )
     all_runs = runs["plan"] + runs["largest_first"]
     first = statistics.median(r["first_ready"] for r in all_runs)
