@@ -3,8 +3,10 @@
 One run, on the embedded local Ray with 2 CPU actors, the packaged MiniLM, a corpus whose
 shards differ in size (short-document files sort first, long-document files last, as in
 any corpus where files differ: the plan's order then leaves the largest shards for the
-end). Each job runs twice, interleaved, with ``runtime.shard_order: plan`` (the order
-before this change) and ``largest_first`` (after), and prints:
+end); by default one shard per file, sizes 1 : 2 : … : 5, so the tail is a visible share
+of the job (with many small shards both orders leave a tail under one shard's time).
+Each job runs ``--reps`` times per order, interleaved, with ``runtime.shard_order: plan``
+(the order before this change) and ``largest_first`` (after), and prints:
 
   - idle actor-seconds at the job's end (``actors.json`` ``tail_idle_actor_s``: for each
     actor, from its last shard's end to the job's last), wall seconds of the shard phase,
@@ -12,7 +14,7 @@ before this change) and ``largest_first`` (after), and prints:
   - the fixed cost: Ray start, first actor ready (process spawn + imports + model load),
     model load alone, against the job's wall time.
 
-    python benchmarks/elastic.py [--reps 2] [--files 6] [--docs 80]
+    python benchmarks/elastic.py [--reps 2] [--files 5] [--docs 120] [--docs-per-shard 120]
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def make_corpus(folder: Path, files: int, docs: int) -> list[str]:
     return paths
 
 
-def run_once(corpus: list[str], order: str, out: Path) -> dict:
+def run_once(corpus: list[str], order: str, out: Path, docs_per_shard: int) -> dict:
     from mixscope.config import load_spec
     from mixscope.runtime.driver import run_job
     from mixscope.runtime.pool_status import read_pool_status
@@ -61,7 +63,7 @@ def run_once(corpus: list[str], order: str, out: Path) -> dict:
             "corpus.paths": corpus,
             "out": str(out),
             "runtime.workers": 2,
-            "runtime.docs_per_shard": 20,
+            "runtime.docs_per_shard": docs_per_shard,
             "runtime.shard_order": order,
             "analysis.max_length": 128,
             "output.detail": "none",
@@ -86,8 +88,9 @@ def run_once(corpus: list[str], order: str, out: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--files", type=int, default=6)
-    ap.add_argument("--docs", type=int, default=80, help="documents per file")
+    ap.add_argument("--files", type=int, default=5)
+    ap.add_argument("--docs", type=int, default=120, help="documents per file")
+    ap.add_argument("--docs-per-shard", type=int, default=120)
     args = ap.parse_args()
     import ray
 
@@ -103,7 +106,7 @@ def main() -> None:
         for rep in range(args.reps):
             for order in ("plan", "largest_first") if rep % 2 == 0 else ("largest_first", "plan"):
                 out = tmp / f"out-{order}-{rep}"
-                runs[order].append(run_once(corpus, order, out))
+                runs[order].append(run_once(corpus, order, out, args.docs_per_shard))
                 shutil.rmtree(out, ignore_errors=True)
                 print(f"  {order} rep {rep}: {json.dumps(runs[order][-1])}", flush=True)
         ray.shutdown()

@@ -183,6 +183,13 @@ def test_an_actor_joins_with_the_second_node(cluster, tiny_bert_dir, corpus, cle
     assert state["requested_bundles"] == 0  # demand released
     assert state["lost_nodes"] == []
     assert content_hash(str(out)) == clean
+    from click.testing import CliRunner
+
+    from mixscope.cli import main
+
+    shown = CliRunner().invoke(main, ["status", str(out), "--actors"])
+    assert shown.exit_code == 0, shown.output
+    assert node2[:12] in shown.output and "tok/s" in shown.output
 
 
 def test_losing_the_second_node_completes_on_the_head(
