@@ -453,7 +453,15 @@ def validate(job, model, corpus, out, workers, batch_size, max_length, revision,
     is_flag=True,
     help="One JSON document (stable keys, docs/status.md) instead of tables.",
 )
-def status(root: str, show_shards: bool, run_ids: tuple[str, ...], as_json: bool) -> None:
+@click.option(
+    "--actors",
+    "show_actors",
+    is_flag=True,
+    help="Per Ray actor and node: what it does (shard, tok/s), nodes lost.",
+)
+def status(
+    root: str, show_shards: bool, run_ids: tuple[str, ...], as_json: bool, show_actors: bool
+) -> None:
     """Runs under ROOT: shards done / failed / pending, rows, throughput."""
     from mixscope.runtime.status import status_document
 
@@ -469,6 +477,31 @@ def status(root: str, show_shards: bool, run_ids: tuple[str, ...], as_json: bool
 
     for line in status_tables(doc):
         click.echo(line)
+    if show_actors:
+        for r in doc["runs"]:
+            _echo_actors(root, r["run_id"])
+
+
+def _echo_actors(root: str, run_id: str) -> None:
+    """The last ``actors.json`` of a run (runtime/pool_status.py) as two tables."""
+    from mixscope.format import aligned_table
+    from mixscope.runtime.pool_status import pool_tables, read_pool_status
+
+    state = read_pool_status(root, run_id)
+    if state is None:
+        click.echo(f"\nrun {run_id}: no actor pool recorded (not run on Ray)")
+        return
+    tail = state.get("tail_idle_actor_s")
+    click.echo(
+        f"\nrun {run_id} actors: Ray start {state.get('ray_start_s')}s, first actor ready "
+        f"{state.get('first_actor_ready_s')}s, asking the autoscaler for "
+        f"{state.get('requested_bundles', 0)} bundles"
+        + ("" if tail is None else f", idle at the end {tail}s actor-seconds")
+    )
+    for headers, rows in pool_tables(state):
+        click.echo(aligned_table(headers, rows, digits=2))
+    for node in state.get("lost_nodes", []):
+        click.echo(f"{run_id} node {node} lost")
 
 
 @main.command()

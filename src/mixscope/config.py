@@ -73,7 +73,17 @@ class AnalysisSpec:
 class RuntimeSpec:
     """How the work is executed (not part of the run identity)."""
 
-    workers: int = 1
+    workers: int = 1  # exactly this many actors, unless min_workers / max_workers are given
+    # an elastic pool (runtime/ray_executor.py): starts what fits, asks the autoscaler for up
+    # to max_workers, grows as nodes join; waits for min_workers (at most
+    # min_workers_timeout seconds) before the first shard; None: from ``workers``
+    min_workers: int | None = None
+    max_workers: int | None = None
+    min_workers_timeout: float = 300.0
+    # a node whose actors die this many times in a row gets no more actors (reported lost);
+    # after each death it is backed off node_backoff_seconds · 2^(k-1)
+    node_max_failures: int = 3
+    node_backoff_seconds: float = 5.0
     batch_size: int = 16  # sequences per batch, at most
     batch_tokens: int = 16384  # tokens per batch (padding included), at most
     docs_per_shard: int = 256
@@ -84,6 +94,17 @@ class RuntimeSpec:
     max_retries: int = 2  # per shard, after the first attempt
     verify: bool = False
     executor: str = "ray"  # ray | local (in-process, no Ray; for debugging)
+    # largest_first | plan: the order shards are handed out in (runtime/scheduling.py)
+    shard_order: str = "largest_first"
+
+    def worker_range(self) -> tuple[int, int]:
+        """(min, max) actors: ``workers`` alone means exactly that many; ``max_workers``
+        alone means 1 to max; ``min_workers`` alone means min to max(min, workers)."""
+        if self.min_workers is None and self.max_workers is None:
+            return self.workers, self.workers
+        lo = self.min_workers if self.min_workers is not None else 1
+        hi = self.max_workers if self.max_workers is not None else max(lo, self.workers)
+        return lo, hi
 
 
 @dataclass(frozen=True)
@@ -139,6 +160,8 @@ SECTIONS = {
 ALIASES = {
     "corpus": "corpus.paths",
     "workers": "runtime.workers",
+    "min_workers": "runtime.min_workers",
+    "max_workers": "runtime.max_workers",
     "batch_size": "runtime.batch_size",
     "batch_tokens": "runtime.batch_tokens",
     "attention": "analysis.attention",
@@ -352,6 +375,16 @@ def validate(spec: JobSpec) -> None:
             "analysis.dtype: float32|float64|bfloat16|float16",
         ),
         (r.workers >= 1, "runtime.workers: at least 1"),
+        (r.min_workers is None or r.min_workers >= 1, "runtime.min_workers: at least 1"),
+        (r.max_workers is None or r.max_workers >= 1, "runtime.max_workers: at least 1"),
+        (
+            r.min_workers is None or r.max_workers is None or r.min_workers <= r.max_workers,
+            f"runtime.min_workers: {r.min_workers} is more than runtime.max_workers "
+            f"{r.max_workers}",
+        ),
+        (r.min_workers_timeout >= 0, "runtime.min_workers_timeout: not negative"),
+        (r.node_max_failures >= 1, "runtime.node_max_failures: at least 1"),
+        (r.node_backoff_seconds >= 0, "runtime.node_backoff_seconds: not negative"),
         (
             a.attention in ATTENTION_MODES,
             "analysis.attention: " + "|".join(ATTENTION_MODES),
@@ -366,6 +399,10 @@ def validate(spec: JobSpec) -> None:
         (r.gpus_per_worker >= 0, "runtime.gpus_per_worker: not negative"),
         (r.cpus_per_worker > 0, "runtime.cpus_per_worker: positive"),
         (r.max_retries >= 0, "runtime.max_retries: not negative"),
+        (
+            r.shard_order in ("largest_first", "plan"),
+            "runtime.shard_order: largest_first|plan",
+        ),
         (r.executor in EXECUTORS, f"runtime.executor: {'|'.join(EXECUTORS)}"),
         (spec.output.detail in DETAIL_MODES, "output.detail: " + "|".join(DETAIL_MODES)),
         (0 < spec.output.sample_rate <= 1, "output.sample_rate: in (0, 1]"),

@@ -82,7 +82,10 @@ def test_crash_between_write_and_commit_then_resume(tiny_bert_dir, tmp_path, cle
             {"crash_before_commit": {"shard": 3, "once": str(tmp_path / "m")}}
         )
     }
-    proc = driver_process(cli_args(tiny_bert_dir, out), faults)
+    # plan order: shards 0-2 are committed before shard 3, so the tokens view exists and
+    # must hide shard 3 (largest-first could make shard 3 the first to finish)
+    args = [*cli_args(tiny_bert_dir, out), "--set", "runtime.shard_order=plan"]
+    proc = driver_process(args, faults)
     proc.wait(timeout=300)
     assert proc.returncode == 137
     layout = Layout.open(str(out))

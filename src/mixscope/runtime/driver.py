@@ -150,6 +150,7 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
             "options": options,
             "runtime": {
                 "workers": spec.runtime.workers,
+                "worker_range": list(spec.runtime.worker_range()),
                 "batch_size": spec.runtime.batch_size,
                 "batch_tokens": spec.runtime.batch_tokens,
                 "attention": spec.analysis.attention,

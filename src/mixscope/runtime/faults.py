@@ -7,6 +7,8 @@
 - ``{"fail": {"shard": 2}}``: shard 2 raises every time.
 - ``{"fail_once_each": {"dir": "/tmp/f"}}``: every shard raises on its first attempt (a
   retry storm); a marker file per shard in ``dir`` remembers which have failed.
+- ``{"slow": {"seconds": 1.0}}``: every shard takes at least this long (a sleep; results
+  unchanged), so a test can change the cluster while a job runs.
 - ``{"crash_before_commit": {"shard": 0, "once": "/tmp/m"}}``: the driver dies after the
   shard's files are written and renamed but before its commit record.
 """
@@ -57,3 +59,12 @@ def maybe_fail(shard_id: int) -> None:
 def maybe_crash_before_commit(shard_id: int) -> None:
     if _fault("crash_before_commit", shard_id):
         os._exit(137)
+
+
+def maybe_slow() -> None:
+    raw = os.environ.get(ENV)
+    slow = json.loads(raw).get("slow") if raw else None
+    if slow:
+        import time
+
+        time.sleep(float(slow.get("seconds", 1.0)))

@@ -1,11 +1,19 @@
-"""The Ray executor: a pool of actors, each holding one ShardWorker (one model).
+"""The Ray executor: an elastic pool of actors, each holding one ShardWorker (one model).
 
 Ray is imported only here. It implements ``runtime.executor.Executor``. Actors ask for a
-GPU (``runtime.gpus_per_worker``, fractional allowed) only when the cluster has GPUs, so a
-job never waits forever for a resource that does not exist; the pool is also capped at
-what the cluster can place. A shard whose actor dies is retried on a fresh actor; a shard
-that raises is retried; both as the ``RetryPolicy`` allows (``runtime.max_retries``), then
-reported failed while the rest goes on.
+GPU (``runtime.gpus_per_worker``, fractional allowed) when the cluster has GPUs or
+``runtime.device`` names CUDA (an autoscaling cluster may have no GPU node yet), so a job
+never waits forever for a resource that does not exist. The pool (``actor_pool.py``)
+starts what fits, asks the autoscaler for up to ``max_workers`` with
+``request_resources`` (why that and not pending actors: see there), adds actors as nodes
+join, and releases the demand when the remaining shards no longer need it. Shards go
+out largest first (``scheduling.py``). A shard whose actor dies — its process or its
+whole node — is retried on a survivor; a shard that raises is retried; both as the
+``RetryPolicy`` allows (``runtime.max_retries``), then reported failed while the rest
+goes on. Nothing is committed here (the driver commits, once per shard). A node whose
+actors keep dying is backed off, then given up and reported (``node_health.py``).
+What each actor and node does is written to ``runs/<run>/actors.json``
+(``pool_status.py``; ``mixscope status --actors``).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -21,8 +30,12 @@ from mixscope.config import JobSpec
 from mixscope.corpus.plan import Shard
 from mixscope.errors import MixscopeError, one_line
 from mixscope.runtime import faults
+from mixscope.runtime.actor_pool import POLL, Actor, ActorPool
 from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.executor import RetryPolicy
+from mixscope.runtime.node_health import NodeHealth
+from mixscope.runtime.pool_status import PoolStatus
+from mixscope.runtime.scheduling import order_shards
 from mixscope.runtime.worker import ShardWorker
 
 FORWARDED_ENV: tuple[str, ...] = (
@@ -87,82 +100,174 @@ class RayExecutor:
         self.spec = spec
         self.run_id = run_id
         self.policy = RetryPolicy.from_spec(spec)
+        started = time.time()
         self.ray = ensure_ray(spec.runtime.address)
+        self.ray_start_seconds = round(time.time() - started, 3)
         r = spec.runtime
         resources = self.ray.cluster_resources()
         cluster_gpus = float(resources.get("GPU", 0))
         cluster_cpus = float(resources.get("CPU", 0))
-        self.num_gpus = r.gpus_per_worker if cluster_gpus > 0 else 0.0
-        if r.cpus_per_worker > cluster_cpus:
+        wants_gpu = cluster_gpus > 0 or r.device.startswith("cuda")
+        self.num_gpus = r.gpus_per_worker if wants_gpu else 0.0
+        self.local = (r.address or os.environ.get("RAY_ADDRESS") or "local") == "local"
+        if self.local and r.cpus_per_worker > cluster_cpus:
             raise MixscopeError(
                 f"runtime.cpus_per_worker={r.cpus_per_worker} "
                 f"but the cluster has {cluster_cpus:g} CPUs"
             )
-        capacity = int(cluster_cpus // r.cpus_per_worker)
-        if self.num_gpus > 0:
-            capacity = min(capacity, int(cluster_gpus // self.num_gpus))
-        self.workers = max(1, min(r.workers, capacity))
-        if self.workers < r.workers:
-            print(
-                f"mixscope: the cluster fits {self.workers} of {r.workers} requested workers",
-                file=sys.stderr,
-            )
+        self.min_workers, self.max_workers = r.worker_range()
+        if self.local:  # nothing joins an embedded Ray: its capacity is all there will be
+            capacity = int(cluster_cpus // r.cpus_per_worker)
+            if self.num_gpus > 0:
+                capacity = min(capacity, int(cluster_gpus // self.num_gpus))
+            capacity = max(1, capacity)
+            if capacity < self.max_workers:
+                print(
+                    f"mixscope: the cluster fits {capacity} of {self.max_workers} "
+                    "requested workers",
+                    file=sys.stderr,
+                )
+            self.max_workers = min(self.max_workers, capacity)
+            self.min_workers = min(self.min_workers, self.max_workers)
         # the driver's settings travel with each actor (a cluster's workers have their own env)
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
         env.setdefault("TRANSFORMERS_VERBOSITY", "error")
         env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        self.actor_cls = self.ray.remote(ShardWorker).options(
-            num_cpus=r.cpus_per_worker,
-            num_gpus=self.num_gpus,
-            max_restarts=0,
-            max_task_retries=0,
-            runtime_env={"env_vars": env},
-        )
+        self.bundle = {"CPU": float(r.cpus_per_worker), "GPU": float(self.num_gpus)}
+        self.actor_cls = self.ray.remote(ShardWorker)
+        self.actor_options = {
+            "num_cpus": r.cpus_per_worker,
+            "num_gpus": self.num_gpus,
+            "max_restarts": 0,
+            "max_task_retries": 0,
+            "runtime_env": {"env_vars": env},
+        }
         self.spec_dict = spec.to_dict()
-
-    def _new_actor(self) -> Any:
-        return self.actor_cls.remote(self.spec_dict, self.run_id)
+        self.health = NodeHealth(r.node_max_failures, r.node_backoff_seconds)
+        self.pool: ActorPool | None = None
 
     def run(self, shards: Sequence[Shard]) -> Iterator[ShardEvent]:
         ray = self.ray
-        queue: deque[tuple[Shard, int]] = deque((s, 1) for s in shards)
-        idle = [self._new_actor() for _ in range(min(self.workers, len(shards)))]
-        try:  # surface a model that cannot load once, instead of once per shard
-            ray.get([a.info.remote() for a in idle])
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
-            for a in idle:
-                ray.kill(a, no_restart=True)
-            raise MixscopeError(f"workers could not start: {_creation_error(exc)}") from None
-        in_flight: dict[Any, tuple[Any, Shard, int]] = {}
+        queue: deque[tuple[Shard, int]] = deque(
+            (s, 1) for s in order_shards(shards, self.spec.runtime.shard_order)
+        )
+        pool = self.pool = ActorPool(
+            ray,
+            self.actor_cls,
+            self.actor_options,
+            (self.spec_dict, self.run_id),
+            self.bundle,
+            self.health,
+            min(self.min_workers, len(shards)),
+            self.max_workers,
+        )
+        status = PoolStatus(self.spec.out, self.run_id, pool, self.ray_start_seconds)
+        in_flight: dict[Any, tuple[Actor, Shard, int]] = {}
         try:
+            self._start(pool, len(queue))
+            status.write(force=True)
+            without_actors = None  # since when no actor lives or starts
             while queue or in_flight:
-                while queue and idle:
+                for actor in pool.idle():
+                    if not queue:
+                        break
+                    if not pool.usable(actor):
+                        continue
                     shard, attempt = queue.popleft()
-                    actor = idle.pop()
-                    ref = actor.process.remote(shard.__dict__)
-                    in_flight[ref] = (actor, shard, attempt)
-                ready, _ = ray.wait(list(in_flight), num_returns=1)
-                ref = ready[0]
-                actor, shard, attempt = in_flight.pop(ref)
-                try:
-                    result = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
-                    if isinstance(exc, ray.exceptions.RayActorError):
-                        ray.kill(actor, no_restart=True)
-                        actor = self._new_actor()  # a dead actor is replaced
-                    if self.policy.retries(attempt):
-                        queue.append((shard, attempt + 1))
-                    yield self.policy.failure(shard.shard_id, attempt, _error_text(exc))
-                    idle.append(actor)
+                    actor.state, actor.shard, actor.shard_started = (
+                        "busy",
+                        shard.shard_id,
+                        time.time(),
+                    )
+                    in_flight[actor.handle.process.remote(shard.__dict__)] = (actor, shard, attempt)
+                pool.reconcile(len(in_flight) + len(queue), queue_empty=not queue)
+                refs = list(in_flight) + list(pool.starting)
+                if not refs:
+                    without_actors = without_actors or time.time()
+                    if time.time() - without_actors > self.spec.runtime.min_workers_timeout:
+                        why = "no node could take an actor (" + self._lost_text() + ")"
+                        while queue:
+                            shard, attempt = queue.popleft()
+                            yield ShardEvent("failed", shard.shard_id, attempt, error=why)
+                        break
+                    time.sleep(POLL)
                     continue
-                idle.append(actor)
-                yield ShardEvent("done", shard.shard_id, attempt, result=result)
+                without_actors = None
+                ready, _ = ray.wait(refs, num_returns=1, timeout=POLL)
+                for ref in ready:
+                    if ref in pool.starting:
+                        self._started(pool, ref)
+                        continue
+                    yield from self._outcome(pool, queue, *in_flight.pop(ref), ref)
+                status.write()
+            status.finished(time.time())
         finally:
-            for actor in idle + [a for a, _, _ in in_flight.values()]:
-                try:
-                    ray.kill(actor, no_restart=True)
-                except Exception:
-                    pass
+            pool.shutdown()
+            try:
+                pool.poll_nodes()  # a node lost near the end is reported too
+            except Exception:
+                pass
+            status.write(force=True)
+
+    def _start(self, pool: ActorPool, n_shards: int) -> None:
+        """Start what fits; wait for ``min_workers`` ready (at most min_workers_timeout)."""
+        deadline = time.time() + self.spec.runtime.min_workers_timeout
+        need = max(1, pool.min_workers)
+        while True:
+            pool.reconcile(n_shards, queue_empty=False, force=True)
+            ready = len([a for a in pool.live() if a.state != "starting"])
+            if ready >= need or (ready >= 1 and time.time() > deadline):
+                if ready < need:
+                    print(
+                        f"mixscope: {ready} of runtime.min_workers={need} actors started "
+                        f"within {self.spec.runtime.min_workers_timeout:g}s; going on",
+                        file=sys.stderr,
+                    )
+                return
+            if time.time() > deadline and not pool.starting:
+                raise MixscopeError(
+                    f"no actor could start within {self.spec.runtime.min_workers_timeout:g}s "
+                    f"(each needs {self._bundle_text()}; {self._lost_text()})"
+                )
+            done, _ = self.ray.wait(list(pool.starting), num_returns=1, timeout=POLL)
+            for ref in done:
+                self._started(pool, ref)
+
+    def _started(self, pool: ActorPool, ref: Any) -> None:
+        try:
+            pool.started(ref)
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
+            raise MixscopeError(f"workers could not start: {_creation_error(exc)}") from None
+
+    def _outcome(
+        self, pool: ActorPool, queue: deque, actor: Actor, shard: Shard, attempt: int, ref: Any
+    ) -> Iterator[ShardEvent]:
+        ray = self.ray
+        try:
+            result = ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+            if isinstance(exc, ray.exceptions.RayActorError):
+                pool.died(actor, _error_text(exc))  # replaced by reconcile where room is
+            else:
+                actor.state, actor.shard = "idle", None
+            if self.policy.retries(attempt):
+                queue.append((shard, attempt + 1))
+            yield self.policy.failure(shard.shard_id, attempt, _error_text(exc))
+            return
+        pool.finished(actor, int(result.get("tokens", 0)))
+        yield ShardEvent("done", shard.shard_id, attempt, result=result)
+
+    def _bundle_text(self) -> str:
+        return ", ".join(f"{v:g} {k}" for k, v in self.bundle.items() if v > 0)
+
+    def _lost_text(self) -> str:
+        lost = self.health.lost
+        return (
+            f"nodes lost: {', '.join(f'{n[:12]} ({w})' for n, w in lost.items())}"
+            if lost
+            else "no node lost"
+        )
 
     def close(self) -> None:
-        pass
+        if self.pool is not None:
+            self.pool.shutdown()

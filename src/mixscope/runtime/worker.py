@@ -35,6 +35,7 @@ class ShardWorker:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one bar per actor per load is noise in job logs
+        loading = time.time()
         self.loaded = load(self.spec.model, revision=a.revision, dtype=a.dtype, device=r.device)
         device = next(self.loaded.model.parameters()).device
         if device.type == "cpu":
@@ -42,6 +43,7 @@ class ShardWorker:
 
             torch.set_num_threads(max(1, int(r.cpus_per_worker)))
         self.device = str(device)
+        self.load_seconds = round(time.time() - loading, 3)  # start-up cost (benchmarks/elastic.py)
         self.engine = MixingEngine(self.loaded, verify=r.verify, attention=a.attention)
         self.max_length = self.loaded.resolve_max_length(self.spec.analysis.max_length)
         self.layout = Layout.open(self.spec.out)
@@ -57,6 +59,10 @@ class ShardWorker:
 
     def info(self) -> dict[str, Any]:
         return {"host": socket.gethostname(), "pid": os.getpid(), "device": self.device}
+
+    def startup(self) -> dict[str, Any]:
+        """``info`` and how long the model took to load (the pool's readiness call)."""
+        return {**self.info(), "load_seconds": self.load_seconds}
 
     def _encode(self, docs: list[Document]) -> list[EncodedSequence]:
         a = self.spec.analysis
@@ -74,6 +80,7 @@ class ShardWorker:
         shard = shard if isinstance(shard, Shard) else Shard(**shard)
         started = time.time()
         faults.maybe_fail(shard.shard_id)
+        faults.maybe_slow()
         docs = read_shard(shard, self.spec.corpus)
         # tokenize the next chunk while the model runs on this one
         chunk = max(64, 4 * self.spec.runtime.batch_size)

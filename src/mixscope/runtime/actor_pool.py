@@ -1,0 +1,257 @@
+"""The elastic actor pool of the Ray executor: where actors run, how many, and the demand.
+
+**Demand.** The pool states what it wants with ``ray.autoscaler.sdk.request_resources``:
+one bundle (the actor's CPUs / GPUs) per actor it wants, ``min(max_workers, shards in
+flight + queued)``. Why that and not pending actors: the request is acted on at once
+(bypassing the autoscaler's upscaling-speed limits, as a batch job wants), it is released
+in one call (``bundles=[]``) the moment the remaining shards no longer need it, and no
+model is loaded by an actor that Ray places late, after its work is gone. Actors are only
+created where a poll of the live nodes (``ray.nodes()``, available resources per node)
+shows room, pinned to that node (``NodeAffinitySchedulingStrategy``, hard), so the pool
+chooses nodes itself and can keep away from a failing one (``node_health.py``). The cost:
+``request_resources`` is a floor on the cluster's total size, so on a cluster that other
+jobs fill the autoscaler may judge it met while no node has room for us; the pool then
+runs on what it has and grows when room appears. Without an autoscaler (the embedded
+local Ray, a fixed cluster) the request is inert.
+
+**Growth and loss.** Between results (every ``POLL`` seconds at most) the pool polls the
+nodes: new room → new actors (up to the want); a node no longer alive → its actors are
+gone and it is reported lost; once the queue is empty, idle actors beyond ``min_workers``
+(and one spare while shards still run, for a retry) are released, so a finished tail
+gives its GPUs back to the autoscaler.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mixscope.runtime.node_health import NodeHealth
+
+#: seconds between polls of the cluster's nodes while shards run
+POLL = 1.0
+
+
+@dataclass
+class Actor:
+    handle: Any
+    node: str
+    created: float
+    ready_at: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    state: str = "starting"  # starting | idle | busy | released | dead
+    shard: int | None = None
+    shard_started: float | None = None
+    last_end: float | None = None  # when its last shard ended
+    shards: int = 0
+    tokens: int = 0
+    busy_seconds: float = 0.0
+    error: str = ""
+
+    def row(self) -> dict[str, Any]:
+        rate = self.tokens / self.busy_seconds if self.busy_seconds > 0 else 0.0
+        return {
+            "actor": self.handle._actor_id.hex()[:12],
+            "node": self.node,
+            "host": self.info.get("host", ""),
+            "pid": self.info.get("pid", ""),
+            "state": self.state,
+            "shard": "" if self.shard is None else self.shard,
+            "shards": self.shards,
+            "tokens": self.tokens,
+            "tok/s": round(rate),
+            "start_s": round(self.ready_at - self.created, 3) if self.ready_at else "",
+            "load_s": self.info.get("load_seconds", ""),
+            "error": self.error,
+        }
+
+
+class ActorPool:
+    def __init__(
+        self,
+        ray: Any,
+        actor_cls: Any,
+        options: dict[str, Any],
+        args: tuple[Any, ...],
+        bundle: dict[str, float],
+        health: NodeHealth,
+        min_workers: int,
+        max_workers: int,
+    ) -> None:
+        self.ray, self.actor_cls, self.options, self.args = ray, actor_cls, options, args
+        self.bundle = {k: v for k, v in bundle.items() if v > 0}
+        self.health = health
+        self.min_workers, self.max_workers = min_workers, max_workers
+        self.actors: list[Actor] = []
+        self.starting: dict[Any, Actor] = {}  # startup() ref → actor
+        self.requested = 0  # bundles last asked of the autoscaler
+        self.nodes: dict[str, dict[str, Any]] = {}  # node id → {alive, resources, ...}
+        self.last_poll = 0.0
+        self.ever_ready = False
+
+    # -- the cluster ------------------------------------------------------------------
+    def _available(self) -> dict[str, dict[str, float]]:
+        """node id → resources free now (the GCS view; our starting actors subtracted)."""
+        try:
+            from ray._private.state import available_resources_per_node
+
+            free = {k: dict(v) for k, v in available_resources_per_node().items()}
+        except Exception:  # a Ray without it: totals minus what our actors hold
+            free = {n: dict(d["resources"]) for n, d in self.nodes.items() if d["alive"]}
+            for a in self.live():
+                if a.state != "starting":
+                    self._take(free.setdefault(a.node, {}), 1)
+        for a in self.starting.values():  # placed a moment ago: maybe not in the view yet
+            self._take(free.setdefault(a.node, {}), 1)
+        return free
+
+    def _take(self, free: dict[str, float], n: int) -> None:
+        for k, v in self.bundle.items():
+            free[k] = free.get(k, 0.0) - n * v
+
+    def _fits(self, free: dict[str, float]) -> bool:
+        return all(free.get(k, 0.0) >= v - 1e-9 for k, v in self.bundle.items())
+
+    def poll_nodes(self) -> None:
+        """Refresh the node table; actors of nodes that died are gone."""
+        self.last_poll = time.time()
+        for n in self.ray.nodes():
+            node_id = n["NodeID"]
+            entry = self.nodes.setdefault(node_id, {"joined": time.time()})
+            entry.update(
+                alive=bool(n["Alive"]),
+                resources={k: float(v) for k, v in (n.get("Resources") or {}).items()},
+                address=n.get("NodeManagerAddress", ""),
+            )
+            if not n["Alive"]:
+                mine = [a for a in self.live() if a.node == node_id]
+                if mine or node_id in self.health.failures:
+                    self.health.dead(node_id, "node died")
+                for a in mine:
+                    if a.state in ("starting", "idle"):
+                        self._drop(a, "dead", "node died")
+
+    # -- actors -----------------------------------------------------------------------
+    def live(self) -> list[Actor]:
+        return [a for a in self.actors if a.state in ("starting", "idle", "busy")]
+
+    def idle(self) -> list[Actor]:
+        return [a for a in self.actors if a.state == "idle"]
+
+    def _create(self, node: str) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        handle = self.actor_cls.options(
+            **self.options, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+        ).remote(*self.args)
+        actor = Actor(handle, node, time.time())
+        self.actors.append(actor)
+        self.starting[handle.startup.remote()] = actor
+
+    def _drop(self, actor: Actor, state: str, error: str = "") -> None:
+        actor.state, actor.error, actor.shard = state, error, None
+        for ref, a in list(self.starting.items()):
+            if a is actor:
+                del self.starting[ref]
+        try:
+            self.ray.kill(actor.handle, no_restart=True)
+        except Exception:
+            pass
+
+    def started(self, ref: Any) -> Actor | None:
+        """The readiness reply of a starting actor: idle now, or dropped (its node charged).
+        Raises the constructor's error when no actor has ever started (a model that cannot
+        load fails once, not once per node)."""
+        actor = self.starting.pop(ref)
+        try:
+            actor.info = self.ray.get(ref)
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as exc:
+            init_failed = getattr(exc, "actor_init_failed", False) or isinstance(
+                exc, self.ray.exceptions.RayTaskError
+            )
+            self._drop(actor, "dead", str(exc).strip().splitlines()[-1][:300] if str(exc) else "")
+            if init_failed and not self.ever_ready:
+                raise
+            self.health.failed(actor.node, "actor did not start")
+            return None
+        actor.state, actor.ready_at = "idle", time.time()
+        self.ever_ready = True
+        return actor
+
+    def died(self, actor: Actor, why: str) -> None:
+        """An actor's task ended in its death: charge its node, forget the actor."""
+        self._drop(actor, "dead", why)
+        self.health.failed(actor.node, why)
+
+    def finished(self, actor: Actor, tokens: int) -> None:
+        now = time.time()
+        actor.busy_seconds += now - (actor.shard_started or now)
+        actor.tokens += tokens
+        actor.shards += 1
+        actor.state, actor.shard, actor.last_end = "idle", None, now
+        self.health.succeeded(actor.node)
+
+    def usable(self, actor: Actor) -> bool:
+        """May this idle actor get a shard? Not on a node that was given up (it is released)."""
+        if actor.node in self.health.lost:
+            self._drop(actor, "released", "node given up")
+            return False
+        return True
+
+    # -- size and demand --------------------------------------------------------------
+    def reconcile(self, want: int, queue_empty: bool, force: bool = False) -> None:
+        """Grow towards ``want`` actors where room is, state the demand, release extras."""
+        if not force and time.time() - self.last_poll < POLL:
+            return
+        self.poll_nodes()
+        want = min(want, self.max_workers)
+        have = len(self.live())
+        if have < want:
+            free = self._available()
+            for node, room in sorted(free.items()):
+                info = self.nodes.get(node)
+                if info is None or not info.get("alive") or not self.health.usable(node):
+                    continue
+                while have < want and self._fits(room):
+                    self._create(node)
+                    self._take(room, 1)
+                    have += 1
+        self._demand(want if have < want else 0)
+        if queue_empty:  # the tail: idle actors give their node back, but for min_workers
+            # and one spare while shards run (a shard whose node dies is retried at once)
+            busy = len([a for a in self.live() if a.state == "busy"])
+            extra = len(self.live()) - max(self.min_workers, busy + 1 if busy else 0)
+            for a in self.idle():
+                if extra <= 0:
+                    break
+                self._drop(a, "released")
+                extra -= 1
+
+    def _demand(self, bundles: int) -> None:
+        if bundles == self.requested:
+            return
+        try:
+            from ray.autoscaler.sdk import request_resources
+
+            request_resources(bundles=[dict(self.bundle)] * bundles)
+        except Exception:  # no autoscaler state to write to: nothing to ask
+            return
+        self.requested = bundles
+
+    def shutdown(self) -> None:
+        self._demand(0)
+        for a in self.live():
+            self._drop(a, "released")
+
+    def tail_idle_seconds(self, end: float) -> float:
+        """Actor-seconds idle at the job's end: for each actor that started, from its last
+        shard's end (or its start) to ``end``, released early or not (a measure of the
+        shard order, ``benchmarks/elastic.py``)."""
+        total = 0.0
+        for a in self.actors:
+            if a.ready_at is None:
+                continue
+            since = a.last_end or a.ready_at
+            total += max(0.0, end - since)
+        return total
