@@ -371,6 +371,23 @@ def expect_compare_runs(rows: Rows, a: str, b: str):
     return out
 
 
+def expect_compare_token_types(rows: Rows, a: str, b: str):
+    """Brute force from the per-token rows: token means per layer, measure and category."""
+    cells = rows.group("run_id", "layer", "category")
+    keys = sorted({(layer, cat) for (r, layer, cat) in cells if r in (a, b)})
+    out = []
+    for layer, cat in keys:
+        ia, ib = cells.get((a, layer, cat)), cells.get((b, layer, cat))
+        for m in MEASURES:
+            ma = mean(rows.values[m][ia]) if ia else None
+            mb = mean(rows.values[m][ib]) if ib else None
+            diff = mb - ma if ia and ib else None
+            out.append(
+                (layer, m, cat, ma, mb, diff, len(ia) if ia else None, len(ib) if ib else None)
+            )
+    return sorted(out, key=lambda t: (t[0], ORD[t[1]], t[2]))
+
+
 def expect_top_tokens(rows: Rows, run_id=None, min_count=20, k=10):
     out = []
     for r in rows.runs:

@@ -21,6 +21,7 @@ from sql_oracle import (
     _invoke,
     expect_checkpoint_trend,
     expect_compare_runs,
+    expect_compare_token_types,
     expect_depth_correlation,
     expect_frequency_bins,
     expect_frequency_correlation,
@@ -47,6 +48,7 @@ def test_every_named_query_is_checked_here():
         "depth_correlation",
         "checkpoint_trend",
         "compare_runs",
+        "compare_token_types",
         "top_tokens",
     }
     for q in all_queries().values():
@@ -216,6 +218,15 @@ def test_compare_runs(res):
     # against a run that does not exist: b's side is empty, no error
     missing = _check(res, "compare_runs", expect_compare_runs(rows, a, "nope"), a=a, b="nope")
     assert missing and all(g[3] is None and g[4] is None for g in missing)
+
+
+def test_compare_token_types(res):
+    rows = rows_of(res)
+    a, b = res["runs"][0], res["runs"][-1]
+    got = _check(res, "compare_token_types", expect_compare_token_types(rows, a, b), a=a, b=b)
+    assert {g[2] for g in got} >= {"normal", "mask"} and any(g[5] for g in got)
+    same_run = run(res["root"], "compare_token_types", a=a, b=a)[1]
+    assert same_run and all(g[5] == 0 for g in same_run)
 
 
 def test_compare_runs_with_different_layer_counts(synth_root):

@@ -203,7 +203,7 @@ def _queries(root: str) -> dict[str, list]:
     for name in all_queries():
         if name == "frequency_correlation_exact":
             continue  # reads the detail
-        params = {"a": runs[0], "b": runs[0]} if name == "compare_runs" else {}
+        params = {"a": runs[0], "b": runs[0]} if name.startswith("compare_") else {}
         cur = run_query(con, name, params)
         out[name] = [
             tuple(v for k, v in zip(cur.description, r, strict=True) if k[0] != "run_id")

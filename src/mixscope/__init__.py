@@ -1,7 +1,8 @@
 """mixscope: corpus-scale context-mixing analysis of Transformer language models.
 
 The package root stays import-light (no torch) so that ``mixscope --help`` is fast;
-``analyze`` and ``contribution_maps`` are loaded on first use.
+``analyze``, ``contribution_maps`` and ``open`` (the results API, ``mixscope.results``)
+are loaded on first use.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from mixscope._version import __version__
 
-__all__ = ["MEASURES", "__version__", "analyze", "contribution_maps"]
+__all__ = ["MEASURES", "Results", "__version__", "analyze", "contribution_maps", "open"]
 
 MEASURES = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
 if TYPE_CHECKING:  # pragma: no cover
     from mixscope.api import analyze, contribution_maps
+    from mixscope.results import Results, open
 
 
 def __getattr__(name: str) -> Any:
@@ -23,4 +25,8 @@ def __getattr__(name: str) -> Any:
         from mixscope import api
 
         return getattr(api, name)
+    if name in ("open", "Results"):
+        from mixscope import results
+
+        return getattr(results, name)
     raise AttributeError(f"module 'mixscope' has no attribute {name!r}")

@@ -665,6 +665,41 @@ def query(
     _emit(run_query(con, name, given), fmt, output)
 
 
+@main.command()
+@click.argument("root")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option(
+    "--by",
+    type=click.Choice(["layer", "token-type"]),
+    default="layer",
+    show_default=True,
+    help="Per layer and measure, or per layer, measure and token category.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    default="table",
+    show_default=True,
+    type=click.Choice(["table", "csv", "json", "parquet"]),
+)
+@click.option("--output", "-o", default=None, help="Write the result to FILE instead of stdout.")
+def compare(root: str, run_a: str, run_b: str, by: str, fmt: str, output: str | None) -> None:
+    """Runs RUN_A and RUN_B of ROOT side by side: means and the difference b - a.
+
+    \b
+    Run ids may be unique prefixes. Examples:
+      mixscope compare results/ 3f2a 9c01                  # per layer and measure
+      mixscope compare results/ 3f2a 9c01 --by token-type --format json
+    """
+    from mixscope.compare import compare_cursor, resolve_pair
+
+    con = _connect(root, (), None, None)
+    pair = resolve_pair(con, root, run_a, run_b)
+    click.echo(pair.header(), err=True)
+    _emit(compare_cursor(con, pair, by), fmt, output)
+
+
 def _register_checkpoints() -> None:
     from mixscope.checkpoints.cli import checkpoints
 
@@ -714,6 +749,13 @@ def frequencies_import(root: str, file: str, name: str) -> None:
     help="Frequency ranks from this imported reference table (default: the run's own counts).",
 )
 @click.option(
+    "--compare",
+    nargs=2,
+    default=None,
+    metavar="RUN_A RUN_B",
+    help="Add the comparison of two runs (ids or unique prefixes), as `mixscope compare`.",
+)
+@click.option(
     "--examples/--no-examples",
     default=True,
     show_default=True,
@@ -725,6 +767,7 @@ def report(
     output: str | None,
     fmt: str,
     reference: str | None,
+    compare: tuple[str, str] | None,
     examples: bool,
 ) -> None:
     """Build the report of ROOT: tables and the paper's figures, as HTML or PNG files."""
@@ -733,7 +776,13 @@ def report(
     if examples:
         _quiet_transformers()
     built = build_report(
-        root, list(run_ids) or None, output, fmt, reference=reference, examples=examples
+        root,
+        list(run_ids) or None,
+        output,
+        fmt,
+        reference=reference,
+        examples=examples,
+        compare=compare or None,
     )
     what = "plots" if fmt == "png" else "figures"
     click.echo(f"wrote {built.output} ({len(built.plots)} {what})", err=True)

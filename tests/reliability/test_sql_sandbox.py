@@ -145,6 +145,7 @@ STRING_PARAMS = {
     "depth_correlation": ["run_id"],
     "checkpoint_trend": ["model"],
     "compare_runs": ["a", "b"],
+    "compare_token_types": ["a", "b"],
     "top_tokens": ["run_id"],
 }
 
@@ -163,7 +164,7 @@ def test_parameters_are_values_not_sql(synth_root):
     assert set(STRING_PARAMS) == set(all_queries())
     for name, params in STRING_PARAMS.items():
         for value in (EVIL, "' OR '1'='1", '"; SELECT 1; --', "$run_id", "%", "ckpt-100' --"):
-            choices = [params] if name == "compare_runs" else [[p] for p in params] + [params]
+            choices = [params] if name.startswith("compare_") else [[p] for p in params] + [params]
             for chosen in choices:
                 given = {p: value for p in chosen}
                 if "reference" in given:  # a value: no such table, said so (not run as SQL)

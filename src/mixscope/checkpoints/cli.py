@@ -211,8 +211,16 @@ def watch(
     type=click.Path(dir_okay=False),
     help="Job spec (for quiet period and revisions).",
 )
-def list_(root: str, source: str | None, job: str | None) -> None:
-    """Every known checkpoint: step and status (done, running, failed, pending, incomplete)."""
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="A JSON array, one object per checkpoint (keys: step, status, attempts, run_id, "
+    "checkpoint, error); [] when none is known.",
+)
+def list_(root: str, source: str | None, job: str | None, as_json: bool) -> None:
+    """Every known checkpoint: step and status (done, running, failed, pending, incomplete,
+    interrupted)."""
     from mixscope.checkpoints.sync import list_checkpoints
     from mixscope.config import load_spec
     from mixscope.format import aligned_table
@@ -225,10 +233,15 @@ def list_(root: str, source: str | None, job: str | None) -> None:
     }
     base = load_spec(job, no_corpus) if job else None
     rows = list_checkpoints(root, source, base)
+    cols = ["step", "status", "attempts", "run_id", "checkpoint", "error"]
+    if as_json:  # for schedulers and dashboards: nothing known yet is not an error
+        import json
+
+        click.echo(json.dumps([{c: r[c] for c in cols} for r in rows], indent=1))
+        return
     if not rows:
         raise MixscopeError(
             f"no checkpoints known under {root}"
             + ("" if source else " (pass --source to list a source)")
         )
-    cols = ["step", "status", "attempts", "run_id", "checkpoint", "error"]
     click.echo(aligned_table(cols, [["" if r[c] is None else r[c] for c in cols] for r in rows]))

@@ -2,7 +2,9 @@
 
 Sections, in order: runs, summary (Table 2), per-layer curves, token types × layer
 (Figure 3), frequency rank vs ratio (Figure 4, with ρ), checkpoint trend (models with
-several steps), contribution maps of one example sequence per layer (Figure 1).
+several steps), the comparison of two runs (``--compare A B``, report/comparison.py),
+contribution maps of one example sequence per layer (Figure 1). The same figures, not
+rendered, are what :meth:`mixscope.results.Results.plot` returns (report/figures.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SECTIONS = {
     "token-types": "Token types by layer",
     "frequency": "Frequency rank and mixing ratio",
     "trend": "Checkpoint trend",
+    "compare": "Comparison of two runs",
     "contributions": "Contribution maps of an example sequence",
 }
 
@@ -108,16 +111,32 @@ def select_runs(root: str, run_ids: list[str] | None) -> list[dict[str, Any]]:
 
 
 class _Report:
-    def __init__(self, root: str, records: list[dict[str, Any]], reference: str | None):
+    """The report's sections over ``records``. ``con``: a views connection to reuse (it may
+    see more runs; only ``records`` are shown). ``render=False`` keeps each figure as the
+    matplotlib object in ``figures`` instead of rendering it (``Results.plot``)."""
+
+    def __init__(
+        self,
+        root: str,
+        records: list[dict[str, Any]],
+        reference: str | None,
+        *,
+        con: Any = None,
+        render: bool = True,
+    ):
         from mixscope.sql.views import connect
 
         self.root = root
         self.reference = reference
+        self.render = render
+        self.figures: list[tuple[str, Any]] = []  # (section, Figure) when not rendering
         self.records = {r["run_id"]: r for r in records}
-        self.con = connect(root, run_ids=list(self.records))
+        self.con = con if con is not None else connect(root, run_ids=list(self.records))
         present = data.runs_with_rows(self.con)
         self.with_detail = data.runs_with_detail(self.con)
-        self.runs = [r for r in data.runs(self.con) if r["run_id"] in present]
+        self.runs = [
+            r for r in data.runs(self.con) if r["run_id"] in present and r["run_id"] in self.records
+        ]
         if not self.runs:
             raise MixscopeError(
                 f"no committed results in {root} for runs {', '.join(self.records)}"
@@ -137,6 +156,9 @@ class _Report:
         """Render ``fig``; its HTML fragment is added to the section unless ``add=False``."""
         from mixscope.report.plots import to_png
 
+        if not self.render:
+            self.figures.append((section, fig))
+            return ""
         png = to_png(fig)
         self.plots.append(Plot(section, name, title, png))
         fragment = H.figure(png, title, caption)
@@ -303,7 +325,7 @@ class _Report:
     def trend_section(self) -> None:
         from mixscope.report import plots
 
-        rows = data.named(self.con, "checkpoint_trend")
+        rows = [r for r in data.named(self.con, "checkpoint_trend") if r["run_id"] in self.records]
         s = self.sections["trend"]
         by_model: dict[str, data.Rows] = {}
         for r in rows:
@@ -391,14 +413,19 @@ def build_report(
     *,
     reference: str | None = None,
     examples: bool = True,
+    compare: tuple[str, str] | None = None,
 ) -> Built:
     """Build the report of ``root`` (the given runs, default all) and write it to ``output``.
 
     ``fmt="html"``: one self-contained page (default ``report.html``). ``fmt="png"``: one
     PNG per plot plus ``summary.csv`` in the directory ``output`` (default ``report``).
+    ``compare``: two runs (ids or unique prefixes) drawn side by side; they join ``run_ids``.
     """
+    from mixscope.report.comparison import compare_section, with_compared
+
     if fmt not in FORMATS:
         raise MixscopeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    run_ids, compare = with_compared(root, run_ids, compare)
     records = select_runs(root, list(run_ids) if run_ids else None)
     rep = _Report(root, records, reference)
     rep.runs_section()
@@ -406,6 +433,7 @@ def build_report(
     rep.layer_sections()
     rep.frequency_section()
     rep.trend_section()
+    compare_section(rep, compare)
     rep.contributions_section(examples)
     sections = list(rep.sections.values())
 

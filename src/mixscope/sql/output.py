@@ -1,4 +1,10 @@
-"""Query results to the terminal or a file: aligned table, CSV, JSON, Parquet."""
+"""Query results to the terminal or a file: aligned table, CSV, JSON, Parquet.
+
+JSON is an array of objects, one per row, keys = the result's columns in order (a named
+query's ``columns`` header: its contract): strict JSON (NaN and infinities are ``null``),
+integers stay integers (DuckDB's HUGEINT sums included), timestamps are ISO 8601 strings.
+Parquet keeps DuckDB's own Arrow types, as :meth:`mixscope.results.Results.query` returns.
+"""
 
 from __future__ import annotations
 
@@ -12,16 +18,44 @@ from mixscope.store.atomic import replacing
 FORMATS = ("table", "csv", "json", "parquet")
 
 
-def _arrow(headers: list[str], rows: list[tuple]) -> Any:
-    import pyarrow as pa
+def to_arrow(cur: Any) -> Any:
+    """The rest of a DuckDB result as a ``pyarrow.Table`` with DuckDB's column types."""
+    import warnings
 
-    return pa.table({h: [r[k] for r in rows] for k, h in enumerate(headers)})
+    with warnings.catch_warnings():  # "an extra copy of the rows": fine for results
+        warnings.simplefilter("ignore")
+        return cur.to_arrow_table()
 
 
 def _clean(v: Any) -> Any:
-    if isinstance(v, float) and math.isnan(v):
+    """NaN and ±inf → None (strict JSON has neither), inside LIST and STRUCT values too."""
+    if isinstance(v, float) and not math.isfinite(v):
         return None
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
     return v
+
+
+def _json_value(v: Any) -> Any:
+    """What ``json`` cannot write itself: DuckDB's Decimal, dates, times, UUIDs, blobs."""
+    import datetime
+    import decimal
+
+    if isinstance(v, decimal.Decimal):
+        if not v.is_finite():
+            return None
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, datetime.date | datetime.time):
+        return v.isoformat()
+    if isinstance(v, bytes | bytearray | memoryview):
+        return bytes(v).hex()
+    return str(v)
+
+
+def _json_rows(headers: list[str], rows: list[tuple]) -> list[dict[str, Any]]:
+    return [{h: _clean(v) for h, v in zip(headers, r, strict=True)} for r in rows]
 
 
 def render(cur: Any, fmt: str, output: str | None) -> str | None:
@@ -29,9 +63,16 @@ def render(cur: Any, fmt: str, output: str | None) -> str | None:
     if fmt not in FORMATS:
         raise MixscopeError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     headers = [d[0] for d in cur.description]
+    if fmt == "parquet":
+        if not output:
+            raise MixscopeError("--format parquet needs --output FILE")
+        import pyarrow.parquet as pq
+
+        table = to_arrow(cur)
+        with replacing(output) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
+        return None
     rows = cur.fetchall()
-    if fmt == "parquet" and not output:
-        raise MixscopeError("--format parquet needs --output FILE")
     if fmt == "table":
         from mixscope.format import aligned_table
 
@@ -40,11 +81,7 @@ def render(cur: Any, fmt: str, output: str | None) -> str | None:
         )
         text += f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
     elif fmt == "json":
-        text = json.dumps(
-            [{h: _clean(v) for h, v in zip(headers, r, strict=True)} for r in rows],
-            default=str,
-            indent=1,
-        )
+        text = json.dumps(_json_rows(headers, rows), default=_json_value, indent=1, allow_nan=False)
     elif fmt == "csv":
         import csv
         import io
@@ -54,15 +91,8 @@ def render(cur: Any, fmt: str, output: str | None) -> str | None:
         writer.writerow(headers)
         writer.writerows(rows)
         text = buf.getvalue().rstrip("\n")
-    else:
-        text = ""
     if output:
         with replacing(output) as tmp:
-            if fmt == "parquet":
-                import pyarrow.parquet as pq
-
-                pq.write_table(_arrow(headers, rows), tmp, compression="zstd")
-            else:
-                tmp.write_text(text + "\n", encoding="utf-8")
+            tmp.write_text(text + "\n", encoding="utf-8")
         return None
     return text

@@ -93,3 +93,28 @@ def list_runs(layout: Layout) -> list[dict[str, Any]]:
         if rec is not None:
             runs.append(rec)
     return sorted(runs, key=lambda r: r.get("created_at", ""))
+
+
+def resolve_run_ids(layout: Layout, given: list[str] | tuple[str, ...]) -> list[str]:
+    """The full ids of ``given`` run ids or unique prefixes of them, as git takes commit
+    prefixes: typing the first few characters that ``status`` shows is enough. Unknown or
+    ambiguous ones are one-line errors naming the runs there are."""
+    from mixscope.errors import MixscopeError
+
+    known = [r["run_id"] for r in list_runs(layout)]
+    if not known:
+        raise MixscopeError(f"no runs in {layout.root}")
+    out = []
+    for prefix in given:
+        prefix = str(prefix).strip()
+        matches = [k for k in known if k == prefix] or [
+            k for k in known if prefix and k.startswith(prefix)
+        ]
+        if not matches:
+            raise MixscopeError(f"unknown run {prefix!r}; runs: {', '.join(known)}")
+        if len(matches) > 1:
+            raise MixscopeError(
+                f"run {prefix!r} is ambiguous: {', '.join(matches)} (give more characters)"
+            )
+        out.append(matches[0])
+    return out
