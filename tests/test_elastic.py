@@ -216,5 +216,5 @@ def test_losing_the_second_node_completes_on_the_head(
     )
     commits = manifest.commits(layout, run_id)
     assert len(commits) == SHARDS
-    assert any(c["attempt"] >= 2 for c in commits.values()), text[-2000:]  # the lost shard
+    assert any(c.attempt >= 2 for c in commits.values()), text[-2000:]  # the lost shard
     assert os.path.exists(out)
