@@ -206,7 +206,7 @@ def test_fit_selection_end_to_end(tiny_bert_dir, tmp_path):
     assert sum(1 for r in rows if r["doc_id"] == 1) == 21
 
     (status,) = run_status(str(out))
-    assert status["pairs"] == "2 kept, 0 split, 3 skipped"
+    assert status["pairs"] == {"kept": 2, "split": 0, "skipped": 3}
     result = CliRunner().invoke(main, ["status", str(out)])
     assert result.exit_code == 0, result.output
     assert "2 kept, 0 split, 3 skipped" in result.output

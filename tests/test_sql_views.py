@@ -217,7 +217,7 @@ def test_uncommitted_and_partial_files_are_invisible(tmp_path):
     assert after == before
     assert after["rows"][1] < 999_990
     for name, q in all_queries().items():  # every query still runs
-        params = {"a": edge, "b": "ckpt-100"} if name == "compare_runs" else {}
+        params = {"a": edge, "b": "ckpt-100"} if name.startswith("compare_") else {}
         assert run_query(con, name, params).fetchall() is not None, q.name
     result = _invoke("sql", str(root), "SELECT count(*) AS n FROM tokens", "--format", "csv")
     assert result.exit_code == 0 and result.stdout.splitlines() == ["n", str(before["rows"][0])]

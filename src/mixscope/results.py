@@ -32,15 +32,26 @@ def _runs_schema() -> Any:
             ("step", pa.int64()),
             ("status", pa.string()),
             ("detail", pa.string()),
+            ("shards_total", pa.int64()),
             ("done", pa.int64()),
             ("failed", pa.int64()),
             ("pending", pa.int64()),
             ("rows", pa.int64()),
-            ("tok/s", pa.int64()),
+            ("tokens", pa.int64()),
+            ("tokens_per_s", pa.int64()),
             ("errors", pa.map_(pa.int64(), pa.string())),
-            ("damaged", pa.list_(pa.string())),
+            (
+                "damaged",
+                pa.list_(
+                    pa.struct(
+                        [("shard", pa.int64()), ("generation", pa.int64()), ("what", pa.string())]
+                    )
+                ),
+            ),
             ("bad_input", pa.map_(pa.string(), pa.int64())),
-            ("pairs", pa.string()),
+            ("pairs", pa.map_(pa.string(), pa.int64())),
+            ("created_at", pa.string()),
+            ("updated_at", pa.string()),
         ]
     )
 
@@ -126,6 +137,7 @@ class Results:
             row["step"] = None if r.get("step") in ("", None) else int(r["step"])
             row["errors"] = [(int(k), v) for k, v in (r.get("errors") or {}).items()]
             row["bad_input"] = list((r.get("bad_input") or {}).items())
+            row["pairs"] = list((r.get("pairs") or {}).items())
             rows.append(row)
         return pa.Table.from_pylist(rows, schema=schema)
 
