@@ -8,6 +8,8 @@ the paper; layers are 1-based; measures carry the paper's names.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from mixscope import MEASURES
@@ -124,27 +126,47 @@ def token_type_heatmap(types: list[dict], profile: list[dict], title: str) -> An
         im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
         finite = grid[np.isfinite(grid)]
         mid = (finite.min() + finite.max()) / 2 if finite.size else 0
-        if len(layers) <= 24:
-            for (i, j), v in np.ndenumerate(grid):
-                if np.isfinite(v):
-                    ax.text(
-                        j,
-                        i,
-                        f"{v:.0f}",
-                        ha="center",
-                        va="center",
-                        fontsize=10,
-                        color="black" if v > mid else "white",
-                    )
-        ax.set_yticks(range(len(cats)), [CATEGORY_LABELS[c] for c in cats])
-        step = max(1, math.ceil(len(layers) / 24))
-        ax.set_xticks(range(0, len(layers), step), [str(x) for x in layers[::step]])
-        ax.set_xlabel("layer")
+        _label_grid(ax, grid, cats, layers, "{:.0f}", 10, partial(_text_on_viridis, mid))
         ax.set_title(LABELS[m])
         bar = fig.colorbar(im, ax=ax, pad=0.01, fraction=0.04)
         bar.set_label("ratio (%)")
     fig.suptitle(title)
     return fig
+
+
+def _label_grid(
+    ax: Any,
+    grid: Any,  # [categories, layers]
+    cats: list[str],
+    layers: list[int],
+    fmt: str,
+    fontsize: int,
+    color: Callable[[float], str],
+) -> None:
+    """A category × layer heat map's axes: each cell's value written in it (up to 24
+    layers, beyond that the cells are too narrow), categories down, layers across."""
+    import numpy as np
+
+    if len(layers) <= 24:
+        for (i, j), v in np.ndenumerate(grid):
+            if np.isfinite(v):
+                ax.text(
+                    j, i, fmt.format(v), ha="center", va="center", fontsize=fontsize, color=color(v)
+                )
+    ax.set_yticks(range(len(cats)), [CATEGORY_LABELS[c] for c in cats])
+    step = max(1, math.ceil(len(layers) / 24))
+    ax.set_xticks(range(0, len(layers), step), [str(x) for x in layers[::step]])
+    ax.set_xlabel("layer")
+
+
+def _text_on_viridis(mid: float, v: float) -> str:
+    """Readable text on a viridis cell: black on the bright upper half."""
+    return "black" if v > mid else "white"
+
+
+def _text_on_diverging(top: float, v: float) -> str:
+    """Readable text on a RdBu cell: white on the saturated ends."""
+    return "white" if abs(v) > 0.6 * top else "black"
 
 
 def _bin_centre(r: dict) -> float:
@@ -327,22 +349,15 @@ def compare_token_types(rows: list[dict], title: str) -> Any:
         im = ax.imshow(
             grid, aspect="auto", cmap="RdBu_r", vmin=-top, vmax=top, interpolation="nearest"
         )
-        if len(layers) <= 24:
-            for (i, j), v in np.ndenumerate(grid):
-                if np.isfinite(v):
-                    ax.text(
-                        j,
-                        i,
-                        f"{v:+.1f}",
-                        ha="center",
-                        va="center",
-                        fontsize=9,
-                        color="white" if abs(v) > 0.6 * top else "black",
-                    )
-        ax.set_yticks(range(len(cats)), [CATEGORY_LABELS[c] for c in cats])
-        step = max(1, math.ceil(len(layers) / 24))
-        ax.set_xticks(range(0, len(layers), step), [str(x) for x in layers[::step]])
-        ax.set_xlabel("layer")
+        _label_grid(
+            ax,
+            grid,
+            cats,
+            layers,
+            "{:+.1f}",
+            9,
+            partial(_text_on_diverging, top),
+        )
         ax.set_title(LABELS[m])
         bar = fig.colorbar(im, ax=ax, pad=0.01, fraction=0.04)
         bar.set_label("b − a (pp)")

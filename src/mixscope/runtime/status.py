@@ -113,13 +113,12 @@ def status_document(root: str, run_ids: tuple[str, ...] = (), shards: bool = Fal
     """What ``status --json`` prints: ``{"format", "root", "runs": [...]}``, each run with its
     ``shards`` when asked (every key documented in docs/status.md)."""
     runs = [r for r in run_status(root) if not run_ids or r["run_id"] in run_ids]
-    for r in runs:
-        if shards:
-            damaged: dict[int, str] = {}  # the run's own verification: no second pass
-            for d in r["damaged"]:
-                if d["shard"] is not None:
-                    damaged.setdefault(d["shard"], d["what"])
-            r["shards"] = shard_status(root, r["run_id"], damaged)
+    for r in runs if shards else ():
+        damaged: dict[int, str] = {}  # the run's own verification: no second pass
+        for d in r["damaged"]:
+            if d["shard"] is not None:
+                damaged.setdefault(d["shard"], d["what"])
+        r["shards"] = shard_status(root, r["run_id"], damaged)
     return {"format": STATUS_FORMAT, "root": root, "runs": runs}
 
 
