@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -85,10 +86,24 @@ def test_query_equals_cli_parquet(real_root, tmp_path):
         assert len(df) == 10
 
 
-def test_polars_conversion(real_root):
+def test_dataframe_conversions_and_missing_extras(real_root, monkeypatch):
     pl = pytest.importorskip("polars")
     with mixscope.open(real_root["root"]) as res:
-        assert pl.from_arrow(res.query("summary")).height == 10
+        summary = res.query("summary")
+    frame = mixscope.to_polars(summary)
+    assert isinstance(frame, pl.DataFrame) and frame.height == 10
+    assert frame.columns == summary.column_names
+    assert frame["n"].to_list() == summary["n"].to_pylist()
+    df = mixscope.to_pandas(summary)
+    assert df["mean"].tolist() == summary["mean"].to_pylist()
+    for name, convert in (("polars", mixscope.to_polars), ("pandas", mixscope.to_pandas)):
+        with monkeypatch.context() as m:
+            m.setitem(sys.modules, name, None)  # as if not installed: import raises
+            with pytest.raises(MixscopeError) as err:
+                convert(summary)
+        assert str(err.value) == (
+            f'to_{name} needs {name}, which is not installed: pip install "mixscope[{name}]"'
+        )
 
 
 def test_sql_same_as_cli_and_read_only(real_root, tmp_path):
