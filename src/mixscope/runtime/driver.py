@@ -189,10 +189,33 @@ def run_job(spec: JobSpec, *, show_progress: bool = True, repair: bool = False) 
     damaged after their commit (``store/verify.py``) stop the run with one line, unless
     ``repair``: then exactly the affected shards are redone."""
     started = time.time()
-    prep = prepare(spec)
-    with run_lock(prep.layout, prep.run_id):
-        _check_committed(prep.layout, prep.run_id, repair)
-        return _run_locked(prep, started, show_progress)
+    try:
+        prep = prepare(spec)
+        with run_lock(prep.layout, prep.run_id):
+            _check_committed(prep.layout, prep.run_id, repair)
+            return _run_locked(prep, started, show_progress)
+    except OSError as exc:
+        if not out_of_space(exc):
+            raise
+        # every record is written to a temporary name and renamed (store/atomic.py): what
+        # was committed before is whole, the rest is redone by the rerun
+        raise MixscopeError(
+            f"no space left on device under {spec.out} (the driver's records could not be "
+            "written); what was committed is intact: free space and rerun to resume"
+        ) from exc
+
+
+def out_of_space(exc: OSError) -> bool:
+    """ENOSPC / EDQUOT, from the OS or from pyarrow's filesystems (which put the errno in
+    the message only)."""
+    import errno
+
+    text = str(exc).lower()
+    return (
+        exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        or "no space left on device" in text
+        or "disk quota exceeded" in text
+    )
 
 
 def _check_committed(layout: Layout, run_id: str, repair: bool) -> None:
