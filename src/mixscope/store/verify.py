@@ -111,6 +111,38 @@ def check_run(layout: Layout, run_id: str, *, deep: bool = False) -> list[Damage
     return damage
 
 
+#: (root, run) → the records' listing when that run last verified clean (this process)
+_CLEAN: dict[tuple[str, str], tuple] = {}
+
+
+def _records_listing(layout: Layout, run_id: str) -> tuple:
+    """Name, size and mtime of every commit and consolidation record of the run: two
+    folder listings, no file read. A commit, a consolidation, a record rewritten or
+    truncated changes it."""
+    out = []
+    for folder in (manifest.commits_dir(layout, run_id), layout.consolidation_dir(run_id)):
+        infos = layout.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        out += sorted((i.path, i.size, i.mtime_ns) for i in infos)
+    return tuple(out)
+
+
+def check_run_cached(layout: Layout, run_id: str) -> list[Damage]:
+    """``check_run``, skipped while the run's records are as they were at its last clean
+    check in this process (``sql.views.connect`` of a notebook's ``refresh()``, a report,
+    a sync pass: no re-verification of a big output per query). A data file damaged behind
+    unchanged records is seen by the next process, ``status`` and ``run`` (which always
+    check)."""
+    key, listing = (layout.root, run_id), _records_listing(layout, run_id)
+    if _CLEAN.get(key) == listing:
+        return []
+    damage = check_run(layout, run_id)
+    if damage:
+        _CLEAN.pop(key, None)
+    else:
+        _CLEAN[key] = listing
+    return damage
+
+
 def repair_plan(layout: Layout, run_id: str, damage: list[Damage]) -> tuple[set[int], bool]:
     """(shards to redo, whether the consolidated statistics are withdrawn)."""
     from mixscope.stats.consolidate import latest
