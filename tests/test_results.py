@@ -13,7 +13,7 @@ import pytest
 
 import mixscope
 from mixscope.errors import MixscopeError
-from mixscope.runtime.status import run_status
+from mixscope.runtime.status import RUN_STATUS_SCHEMA, run_status
 from sql_oracle import (
     _invoke,
     assert_rows,
@@ -141,6 +141,9 @@ def test_runs_and_selection(real_root):
         status = run_status(root)
         assert runs["run_id"].to_pylist() == [r["run_id"] for r in status]
         assert set(runs.column_names) == set(status[0])  # the keys of `mixscope status`
+        # one definition: the status rows' keys in order, the table's names and types
+        assert list(status[0]) == RUN_STATUS_SCHEMA.names
+        assert runs.schema.equals(RUN_STATUS_SCHEMA)
         assert runs["status"].to_pylist() == ["complete", "complete"]
         assert sorted(runs["step"].to_pylist()) == [1000, 2000]
         assert all(d > 0 for d in runs["done"].to_pylist())
