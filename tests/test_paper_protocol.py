@@ -256,6 +256,28 @@ def test_encode_documents_masks_by_the_rule(tiny_bert_dir):
         assert (seq.input_ids[seq.masked] == tok.mask_token_id).all()
 
 
+def test_analyze_offers_the_authors_count_rule(tiny_bert_dir):
+    """``mixscope.analyze(mask_count=...)``: 30 maskable tokens at rate 0.12 are 4 masked
+    (round, the default) or 3 (floor: the authors' int(rate · n)); a bad rule is one line
+    before any model is loaded."""
+    from transformers import AutoTokenizer
+
+    import mixscope
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    words = sorted(w for w in tok.get_vocab() if w.isalpha() and w.isascii() and len(w) > 3)
+    text = " ".join(words[:30])
+    for rule, want in ((None, 4), ("round", 4), ("floor", 3)):
+        extra = {} if rule is None else {"mask_count": rule}
+        table = mixscope.analyze(tiny_bert_dir, [text], mask_rate=0.12, seed=0, **extra)
+        layer1 = table.filter(table["layer"].to_numpy() == 1)
+        assert sum(layer1["is_masked"].to_pylist()) == want, rule
+    with pytest.raises(
+        MixscopeError, match=r"^mask_count must be one of round\|floor, got 'ceil'$"
+    ):
+        mixscope.analyze("no/such/model", [text], mask_rate=0.12, mask_count="ceil")
+
+
 def test_mask_count_is_validated_and_in_the_identity():
     with pytest.raises(MixscopeError, match=r"analysis\.mask_count: round\|floor"):
         load_spec(None, {"corpus.paths": ["x"], "analysis.mask_count": "ceil"})
@@ -360,3 +382,35 @@ def test_frequency_bins_rank_masked_occurrences_by_original(masked_run):
     assert sum(r["n"] for r in rows) == len(ranks)  # masked occurrences included
     for r in rows:
         assert math.isclose(r["mean"], want[r["bin"]][0], rel_tol=1e-9), r
+
+
+@pytest.mark.parametrize("detail", [True, False])
+def test_report_frequency_scatter_ranks_masked_occurrences_by_original(masked_run, detail):
+    """The report's frequency figure (report/data.frequency_sample) ranks as the queries:
+    with detail, every occurrence (the masked ones included) at its original token's rank;
+    without, one point per (original token, category), the mean of its occurrences."""
+    from mixscope.report.data import frequency_sample
+    from mixscope.store.schema import CATEGORIES
+
+    root, run_id, occ = masked_run
+    ranks, _ = _brute(occ)
+    got = frequency_sample(connect(root), run_id, limit=10**6, detail=detail)
+    m = "attnresln_n"
+    if detail:
+        assert len(got["freq_rank"]) == len(ranks)  # masked occurrences included
+        want = sorted(zip(ranks.tolist(), occ[m].tolist(), strict=True))
+        have = sorted(zip(got["freq_rank"].tolist(), got[m].tolist(), strict=True))
+        assert [r for r, _ in have] == [r for r, _ in want]
+        assert np.allclose([v for _, v in have], [v for _, v in want], rtol=1e-6)
+        return
+    groups: dict[tuple, list] = defaultdict(list)
+    cells = zip(occ["original_id"], ranks, occ["category"], occ[m], strict=True)
+    for token, rank, cat, value in cells:
+        groups[(int(token), int(rank), CATEGORIES[int(cat)])].append(value)
+    assert any(cat == "mask" for *_, cat in groups)  # the masked ones are points too
+    want = sorted((r, c, float(np.mean(v))) for (_, r, c), v in groups.items())
+    have = sorted(
+        zip(got["freq_rank"].tolist(), got["category"].tolist(), got[m].tolist(), strict=True)
+    )
+    assert [(r, c) for r, c, _ in have] == [(r, c) for r, c, _ in want]
+    assert np.allclose([v for *_, v in have], [v for *_, v in want], rtol=1e-6)

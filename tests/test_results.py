@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 import mixscope
 from mixscope.errors import MixscopeError
-from mixscope.runtime.status import run_status
+from mixscope.runtime.status import RUN_STATUS_SCHEMA, run_status
 from sql_oracle import (
     _invoke,
     assert_rows,
@@ -85,10 +86,24 @@ def test_query_equals_cli_parquet(real_root, tmp_path):
         assert len(df) == 10
 
 
-def test_polars_conversion(real_root):
+def test_dataframe_conversions_and_missing_extras(real_root, monkeypatch):
     pl = pytest.importorskip("polars")
     with mixscope.open(real_root["root"]) as res:
-        assert pl.from_arrow(res.query("summary")).height == 10
+        summary = res.query("summary")
+    frame = mixscope.to_polars(summary)
+    assert isinstance(frame, pl.DataFrame) and frame.height == 10
+    assert frame.columns == summary.column_names
+    assert frame["n"].to_list() == summary["n"].to_pylist()
+    df = mixscope.to_pandas(summary)
+    assert df["mean"].tolist() == summary["mean"].to_pylist()
+    for name, convert in (("polars", mixscope.to_polars), ("pandas", mixscope.to_pandas)):
+        with monkeypatch.context() as m:
+            m.setitem(sys.modules, name, None)  # as if not installed: import raises
+            with pytest.raises(MixscopeError) as err:
+                convert(summary)
+        assert str(err.value) == (
+            f'to_{name} needs {name}, which is not installed: pip install "mixscope[{name}]"'
+        )
 
 
 def test_sql_same_as_cli_and_read_only(real_root, tmp_path):
@@ -126,6 +141,9 @@ def test_runs_and_selection(real_root):
         status = run_status(root)
         assert runs["run_id"].to_pylist() == [r["run_id"] for r in status]
         assert set(runs.column_names) == set(status[0])  # the keys of `mixscope status`
+        # one definition: the status rows' keys in order, the table's names and types
+        assert list(status[0]) == RUN_STATUS_SCHEMA.names
+        assert runs.schema.equals(RUN_STATUS_SCHEMA)
         assert runs["status"].to_pylist() == ["complete", "complete"]
         assert sorted(runs["step"].to_pylist()) == [1000, 2000]
         assert all(d > 0 for d in runs["done"].to_pylist())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -101,9 +102,23 @@ def test_submit_runs_once(ray_local, ray_head, tiny_bert_dir, tmp_path):
         "--address",
         address,
     ]
-    first = subprocess.run([*args, "--wait"], env=env, capture_output=True, text=True, timeout=400)
+    aws = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "mixscope-test"}
+    job_env = {**env, **aws, "MIXSCOPE_PROGRESS_INTERVAL": "0"}
+    first = subprocess.run(
+        [*args, "--wait"], env=job_env, capture_output=True, text=True, timeout=400
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     assert "SUCCEEDED" in first.stderr
+    # the job's log (streamed back by --wait) has the progress lines of a non-terminal
+    assert re.search(
+        r"mixscope: run \w+: 30/30 docs, shards 3/3, [\d,]+ tok/s, ETA 0s", first.stdout
+    )
+    # the S3 settings of this shell reached the job's runtime_env (s3:// outputs under submit)
+    from ray.job_submission import JobSubmissionClient
+
+    (sid,) = re.findall(r"submitted (\S+) to", first.stderr)
+    forwarded = JobSubmissionClient(address).get_job_info(sid).runtime_env["env_vars"]
+    assert {k: forwarded.get(k) for k in aws} == aws
     runs = list((out / "_mixscope" / "runs").iterdir())
     assert len(runs) == 1
     record = json.loads((runs[0] / "run.json").read_text())
@@ -125,3 +140,24 @@ def test_submit_needs_an_address(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     result = CliRunner().invoke(main, ["submit", "--corpus", str(DEMO), "--out", "o"])
     assert result.exit_code == 1 and "submit needs --address" in result.output
+
+
+def test_job_env_forwards_hub_and_s3_settings():
+    from mixscope.runtime.submit import job_env
+
+    shell = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+        "AWS_PROFILE": "lab",
+        "HF_HUB_OFFLINE": "1",
+        "MIXSCOPE_PROGRESS_INTERVAL": "30",
+        "HF_HOME": "/home/me/.cache/hf",  # a local path: not carried
+        "HOME": "/home/me",
+        "XAWS_KEY": "no",
+    }
+    assert job_env(shell) == {
+        k: v for k, v in shell.items() if k not in ("HF_HOME", "HOME", "XAWS_KEY")
+    }
+    assert job_env({}) == {}

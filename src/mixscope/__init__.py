@@ -1,8 +1,8 @@
 """mixscope: corpus-scale context-mixing analysis of Transformer language models.
 
 The package root stays import-light (no torch) so that ``mixscope --help`` is fast;
-``analyze``, ``contribution_maps`` and ``open`` (the results API, ``mixscope.results``)
-are loaded on first use.
+``analyze``, ``contribution_maps``, ``open`` (the results API, ``mixscope.results``) and
+``to_pandas`` / ``to_polars`` (``mixscope.frames``) are loaded on first use.
 """
 
 from __future__ import annotations
@@ -11,12 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 from mixscope._version import __version__
 
-__all__ = ["MEASURES", "Results", "__version__", "analyze", "contribution_maps", "open"]
+__all__ = [
+    "MEASURES",
+    "Results",
+    "__version__",
+    "analyze",
+    "contribution_maps",
+    "open",
+    "to_pandas",
+    "to_polars",
+]
 
 MEASURES = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
 if TYPE_CHECKING:  # pragma: no cover
     from mixscope.api import analyze, contribution_maps
+    from mixscope.frames import to_pandas, to_polars
     from mixscope.results import Results, open
 
 
@@ -25,6 +35,10 @@ def __getattr__(name: str) -> Any:
         from mixscope import api
 
         return getattr(api, name)
+    if name in ("to_pandas", "to_polars"):
+        from mixscope import frames
+
+        return getattr(frames, name)
     if name in ("open", "Results"):
         from mixscope import results
 

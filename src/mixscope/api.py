@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixscope.corpus.encode import EncodedSequence, encode_documents, validate_documents
+from mixscope.corpus.masking import MASK_COUNTS
 from mixscope.errors import MixscopeError
 from mixscope.mixing.batches import BATCH_TOKENS, run_batches
 from mixscope.mixing.engine import MixingEngine
@@ -58,14 +59,23 @@ def _prepare(
     revision: str | None,
     mask_rate: float,
     seed: int,
+    mask_count: str = "round",
 ) -> tuple[LoadedModel, list[EncodedSequence]]:
     docs = validate_documents(texts)
     if batch_size < 1:
         raise MixscopeError(f"batch_size must be at least 1, got {batch_size}")
+    if mask_count not in MASK_COUNTS:
+        rules = "|".join(MASK_COUNTS)
+        raise MixscopeError(f"mask_count must be one of {rules}, got {mask_count!r}")
     loaded = load(model, revision=revision, dtype=dtype, device=device)
     max_length = loaded.resolve_max_length(max_length)
     seqs = encode_documents(
-        loaded.tokenizer, docs, max_length=max_length, mask_rate=mask_rate, seed=seed
+        loaded.tokenizer,
+        docs,
+        max_length=max_length,
+        mask_rate=mask_rate,
+        seed=seed,
+        mask_count=mask_count,
     )
     return loaded, seqs
 
@@ -116,6 +126,7 @@ def analyze(
     revision: str | None = None,
     mask_rate: float = 0.0,
     seed: int = 0,
+    mask_count: str = "round",
     verify: bool = False,
     padding_side: str | None = None,
     attention: str = "auto",
@@ -127,8 +138,12 @@ def analyze(
     transformers objects (any attention implementation; the run chooses its own).
     ``texts``: strings or ``(text, text_pair)`` tuples. Returns one row per
     (doc_id, segment, position, layer) in :data:`mixscope.store.schema.TOKENS_SCHEMA`;
-    padding never appears. ``verify`` checks the exactness identity on every block of
-    every batch and raises :class:`~mixscope.errors.ExactnessError` if it fails.
+    padding never appears. ``mask_rate`` of each sequence's ``m`` non-special tokens are
+    replaced by the mask token (positions from ``seed``); ``mask_count`` is how many:
+    ``"round"`` (``rate · m`` rounded half up, the default, as ``analysis.mask_count``) or
+    ``"floor"`` (``int(rate · m)``, the authors' code, which the paper jobs use).
+    ``verify`` checks the exactness identity on every block of every batch and raises
+    :class:`~mixscope.errors.ExactnessError` if it fails.
     ``padding_side`` ("left" or "right"; default: the tokenizer's) changes nothing in the
     numbers, only how batches are laid out. ``attention`` ("auto", "fast", "eager"): "fast"
     reads each token's own weight from a fused kernel's log-sum-exp (O(seq) memory per head);
@@ -147,6 +162,7 @@ def analyze(
         revision=revision,
         mask_rate=mask_rate,
         seed=seed,
+        mask_count=mask_count,
     )
     engine = MixingEngine(loaded, verify=verify, attention=attention)
     results = run_batches(
@@ -166,6 +182,7 @@ def contribution_maps(
     revision: str | None = None,
     mask_rate: float = 0.0,
     seed: int = 0,
+    mask_count: str = "round",
     padding_side: str | None = None,
 ) -> list[ContributionMap]:
     """Per-pair norms ‖P_ij‖ of ATTN-N, ATTNRES-N and ATTNRESLN-N for a handful of texts.
@@ -184,6 +201,7 @@ def contribution_maps(
         revision=revision,
         mask_rate=mask_rate,
         seed=seed,
+        mask_count=mask_count,
     )
     engine = MixingEngine(loaded, attention="eager")  # the maps read the full weights
     results = run_batches(engine, seqs, batch_size, pairs=True, padding_side=padding_side)

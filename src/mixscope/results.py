@@ -21,41 +21,6 @@ from typing import Any
 from mixscope.errors import MixscopeError
 
 
-def _runs_schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("name", pa.string()),
-            ("model", pa.string()),
-            ("step", pa.int64()),
-            ("status", pa.string()),
-            ("detail", pa.string()),
-            ("shards_total", pa.int64()),
-            ("done", pa.int64()),
-            ("failed", pa.int64()),
-            ("pending", pa.int64()),
-            ("rows", pa.int64()),
-            ("tokens", pa.int64()),
-            ("tokens_per_s", pa.int64()),
-            ("errors", pa.map_(pa.int64(), pa.string())),
-            (
-                "damaged",
-                pa.list_(
-                    pa.struct(
-                        [("shard", pa.int64()), ("generation", pa.int64()), ("what", pa.string())]
-                    )
-                ),
-            ),
-            ("bad_input", pa.map_(pa.string(), pa.int64())),
-            ("pairs", pa.map_(pa.string(), pa.int64())),
-            ("created_at", pa.string()),
-            ("updated_at", pa.string()),
-        ]
-    )
-
-
 class Results:
     """The runs of one output root and the questions they answer. See :func:`open`."""
 
@@ -130,7 +95,9 @@ class Results:
         done / failed / pending, rows, throughput, errors per shard, damage, bad input."""
         import pyarrow as pa
 
-        schema = _runs_schema()
+        from mixscope.runtime.status import RUN_STATUS_SCHEMA
+
+        schema = RUN_STATUS_SCHEMA  # the keys and types of `mixscope status` rows
         rows = []
         for r in self._run_list():
             row = {f.name: r.get(f.name) for f in schema}

@@ -55,18 +55,38 @@ def runs_with_detail(con: Any) -> set[str]:
         return set()
 
 
+# An occurrence is ranked by its ORIGINAL token (before masking; runs without original_id:
+# as seen), as the frequency_* queries and the authors' analysis do: a [MASK] occurrence sits
+# at the rank of the token it replaced, it is not ranked as [MASK] (which has no count and
+# would drop out). The original token's string (for a reference keyed by strings) is the
+# run's own frequency entry of that id.
 _SAMPLE = """
+WITH by_original AS (
+    SELECT o.run_id, coalesce(o.original_id, o.token_id) AS token_id,
+        coalesce(f.token, o.token::VARCHAR) AS token, o.category,
+        o.attn_w, o.attn_n, o.attnres_w, o.attnres_n, o.attnresln_n
+    FROM occurrences o LEFT JOIN frequencies f
+        ON f.reference IS NULL AND f.run_id = o.run_id
+        AND f.token_id = coalesce(o.original_id, o.token_id)
+    WHERE o.run_id = $run_id
+)
 SELECT freq_rank, category, attn_w, attn_n, attnres_w, attnres_n, attnresln_n
-FROM ranked_occurrences($reference)
-WHERE run_id = $run_id
+FROM ranked(by_original, $reference)
 USING SAMPLE reservoir({limit} ROWS) REPEATABLE (0)
 """
 
 
 _TOKEN_MEANS = """
+WITH by_original AS (
+    SELECT s.run_id, coalesce(s.original_id, s.token_id) AS token_id, f.token, s.category,
+        s.measure, s.n, s.sum
+    FROM token_stats s LEFT JOIN frequencies f
+        ON f.reference IS NULL AND f.run_id = s.run_id
+        AND f.token_id = coalesce(s.original_id, s.token_id)
+    WHERE s.run_id = $run_id
+)
 SELECT freq_rank, category, {means}
-FROM ranked(token_stats, $reference)
-WHERE run_id = $run_id
+FROM ranked(by_original, $reference)
 GROUP BY token_id, category, freq_rank
 """
 
@@ -84,7 +104,8 @@ def frequency_sample(
     With per-token ``detail``: at most ``limit`` token occurrences (a reservoir sample with
     a fixed seed); without: one point per token and category, its mean over occurrences
     (token_stats). Ranks as the ``frequency_correlation`` query (the run's own corpus
-    counts, or an imported ``reference``). ``label`` says which.
+    counts, or an imported ``reference``), by each occurrence's original token (a masked
+    one at the rank of the token it replaced). ``label`` says which.
     """
     params = {"run_id": run_id, "reference": reference}
     if detail:

@@ -17,7 +17,7 @@ from mixscope.errors import MixscopeError, first_line
 from mixscope.models.fingerprint import model_identity
 from mixscope.runtime import faults
 from mixscope.runtime.executor import make_executor
-from mixscope.runtime.progress import Progress
+from mixscope.runtime.progress import Progress, interval_from_env
 from mixscope.runtime.run_lock import run_lock
 from mixscope.stats.consolidate import consolidate
 from mixscope.store import manifest, verify
@@ -189,10 +189,33 @@ def run_job(spec: JobSpec, *, show_progress: bool = True, repair: bool = False) 
     damaged after their commit (``store/verify.py``) stop the run with one line, unless
     ``repair``: then exactly the affected shards are redone."""
     started = time.time()
-    prep = prepare(spec)
-    with run_lock(prep.layout, prep.run_id):
-        _check_committed(prep.layout, prep.run_id, repair)
-        return _run_locked(prep, started, show_progress)
+    try:
+        prep = prepare(spec)
+        with run_lock(prep.layout, prep.run_id):
+            _check_committed(prep.layout, prep.run_id, repair)
+            return _run_locked(prep, started, show_progress)
+    except OSError as exc:
+        if not out_of_space(exc):
+            raise
+        # every record is written to a temporary name and renamed (store/atomic.py): what
+        # was committed before is whole, the rest is redone by the rerun
+        raise MixscopeError(
+            f"no space left on device under {spec.out} (the driver's records could not be "
+            "written); what was committed is intact: free space and rerun to resume"
+        ) from exc
+
+
+def out_of_space(exc: OSError) -> bool:
+    """ENOSPC / EDQUOT, from the OS or from pyarrow's filesystems (which put the errno in
+    the message only)."""
+    import errno
+
+    text = str(exc).lower()
+    return (
+        exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        or "no space left on device" in text
+        or "disk quota exceeded" in text
+    )
 
 
 def _check_committed(layout: Layout, run_id: str, repair: bool) -> None:
@@ -212,6 +235,7 @@ def _check_committed(layout: Layout, run_id: str, repair: bool) -> None:
 def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSummary:
     spec, layout, plan, run_id = prep.spec, prep.layout, prep.plan, prep.run_id
     record = prep.record
+    interval = interval_from_env() if show_progress else 0.0  # a bad value fails before work
     consolidate(layout, run_id)  # what a killed driver committed and did not consolidate
     committed = manifest.commits(layout, run_id)
     pending = [s for s in plan.shards if s.shard_id not in committed]
@@ -221,10 +245,13 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
     write_run(layout, record)
 
     progress = Progress(
-        plan.n_docs,
-        sum(c.docs for c in committed.values()),
-        f"run {run_id}",
+        total_docs=plan.n_docs,
+        done_docs=sum(c.docs for c in committed.values()),
+        total_shards=len(plan.shards),
+        done_shards=len(plan.shards) - len(pending),
+        label=f"run {run_id}",
         enabled=show_progress,
+        interval=interval,
     )
     errors: dict[int, str] = {}
     done_now = 0
@@ -245,12 +272,15 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
                         done_now += 1
                         background.committed()
                         tokens_now += result.tokens
-                        progress.update(result.docs, result.tokens)
+                        progress.shard_done(result.docs, result.tokens)
                     elif event.kind == "failed":
                         errors[event.shard_id] = event.error or "unknown error"
                         manifest.record_failure(
                             layout, run_id, event.shard_id, errors[event.shard_id], event.attempt
                         )
+                        progress.shard_failed(event.shard_id, errors[event.shard_id])
+                    elif event.kind == "retry":
+                        progress.shard_retry()
             finally:
                 executor.close()
             background.finish()

@@ -11,6 +11,10 @@
   unchanged), so a test can change the cluster while a job runs.
 - ``{"crash_before_commit": {"shard": 0, "once": "/tmp/m"}}``: the driver dies after the
   shard's files are written and renamed but before its commit record.
+- ``{"trace": {"dir": "/tmp/t"}}``: every shard attempt that starts leaves one file in
+  ``dir`` (``<pid>-<shard>-<n>``), so a test counts how many times shards were analysed.
+- ``{"disable": ["run_lock"]}``: a guard switched off (``run_lock``: two drivers of one run
+  both proceed), so a test can show that the guard is what its scenario relies on.
 """
 
 from __future__ import annotations
@@ -43,7 +47,30 @@ def maybe_kill(shard_id: int) -> None:
         os._exit(137)
 
 
+def _spec(kind: str) -> object:
+    raw = os.environ.get(ENV)
+    return json.loads(raw).get(kind) if raw else None
+
+
+def disabled(guard: str) -> bool:
+    return guard in (_spec("disable") or [])  # type: ignore[operator]
+
+
+def _trace(shard_id: int) -> None:
+    trace = _spec("trace")
+    if isinstance(trace, dict):
+        folder = Path(trace["dir"])
+        folder.mkdir(parents=True, exist_ok=True)
+        for n in range(1_000_000):
+            try:
+                (folder / f"{os.getpid()}-{shard_id}-{n}").open("x").close()
+                return
+            except FileExistsError:
+                continue
+
+
 def maybe_fail(shard_id: int) -> None:
+    _trace(shard_id)  # the first thing a shard attempt does
     if _fault("fail", shard_id):
         raise RuntimeError(f"injected failure in shard {shard_id}")
     raw = os.environ.get(ENV)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 from mixscope.errors import first_line
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
@@ -12,6 +14,40 @@ from mixscope.store.verify import Damage, check_run
 
 #: version of the ``mixscope status --json`` document (its keys are a contract)
 STATUS_FORMAT = 1
+
+#: a run's status row: its keys in order, each with its Arrow type. The one definition
+#: that ``run_status`` rows follow (a key missing there fails) and that
+#: ``mixscope.open(...).runs`` types its table with.
+RUN_STATUS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("name", pa.string()),
+        ("model", pa.string()),
+        ("step", pa.int64()),
+        ("status", pa.string()),
+        ("detail", pa.string()),
+        ("shards_total", pa.int64()),
+        ("done", pa.int64()),
+        ("failed", pa.int64()),
+        ("pending", pa.int64()),
+        ("rows", pa.int64()),
+        ("tokens", pa.int64()),
+        ("tokens_per_s", pa.int64()),
+        ("errors", pa.map_(pa.int64(), pa.string())),  # JSON: shard as a string → first line
+        (
+            "damaged",
+            pa.list_(
+                pa.struct(
+                    [("shard", pa.int64()), ("generation", pa.int64()), ("what", pa.string())]
+                )
+            ),
+        ),
+        ("bad_input", pa.map_(pa.string(), pa.int64())),
+        ("pairs", pa.map_(pa.string(), pa.int64())),
+        ("created_at", pa.string()),
+        ("updated_at", pa.string()),
+    ]
+)
 
 
 def run_status(root: str) -> list[dict[str, Any]]:
@@ -27,34 +63,35 @@ def run_status(root: str) -> list[dict[str, Any]]:
         tokens = sum(c.tokens for c in done.values())
         busy = sum(c.seconds for c in done.values())
         model = (rec.get("spec") or {}).get("model") or (rec.get("model") or {}).get("source", "")
+        row = {
+            "run_id": run_id,
+            "name": rec.get("name") or "",
+            "model": model,
+            "step": rec.get("step"),
+            "status": rec.get("status") or "",
+            "detail": ((rec.get("options") or {}).get("output") or {}).get("detail", "full"),
+            "shards_total": total,
+            "done": len(done),
+            "failed": len(failed),
+            "pending": max(0, total - len(done) - len(failed)),
+            "rows": sum(c.rows for c in done.values()),
+            "tokens": tokens,
+            # per busy worker-second
+            "tokens_per_s": round(tokens / busy) if busy > 0 else 0,
+            "errors": {str(k): first_line(v.error) for k, v in sorted(failed.items())},
+            # committed results deleted, truncated or changed since (store/verify.py)
+            "damaged": [
+                {"shard": d.shard, "generation": d.generation, "what": d.what} for d in damage
+            ],
+            # input records not analysed, per reason (corpus/readers.py)
+            "bad_input": dict((rec.get("corpus") or {}).get("bad") or {}),
+            "pairs": dict((rec.get("corpus") or {}).get("pairs") or {}),
+            "created_at": rec.get("created_at"),
+            "updated_at": rec.get("updated_at"),
+        }
         out.append(
-            {
-                "run_id": run_id,
-                "name": rec.get("name") or "",
-                "model": model,
-                "step": rec.get("step"),
-                "status": rec.get("status") or "",
-                "detail": ((rec.get("options") or {}).get("output") or {}).get("detail", "full"),
-                "shards_total": total,
-                "done": len(done),
-                "failed": len(failed),
-                "pending": max(0, total - len(done) - len(failed)),
-                "rows": sum(c.rows for c in done.values()),
-                "tokens": tokens,
-                # per busy worker-second
-                "tokens_per_s": round(tokens / busy) if busy > 0 else 0,
-                "errors": {str(k): first_line(v.error) for k, v in sorted(failed.items())},
-                # committed results deleted, truncated or changed since (store/verify.py)
-                "damaged": [
-                    {"shard": d.shard, "generation": d.generation, "what": d.what} for d in damage
-                ],
-                # input records not analysed, per reason (corpus/readers.py)
-                "bad_input": dict((rec.get("corpus") or {}).get("bad") or {}),
-                "pairs": dict((rec.get("corpus") or {}).get("pairs") or {}),
-                "created_at": rec.get("created_at"),
-                "updated_at": rec.get("updated_at"),
-            }
-        )
+            {key: row[key] for key in RUN_STATUS_SCHEMA.names}
+        )  # the declared keys, in order
     return out
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +22,25 @@ from mixscope.errors import MixscopeError
 AGENT_WAIT_SECONDS = 300  # a freshly started head can take minutes on a busy machine
 
 # not HF_HOME: a local cache path rarely exists on the cluster
-FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_ENDPOINT", "TRANSFORMERS_VERBOSITY")
+FORWARDED_ENV = (
+    "HF_HUB_OFFLINE",
+    "HF_TOKEN",
+    "HF_ENDPOINT",
+    "TRANSFORMERS_VERBOSITY",
+    "MIXSCOPE_PROGRESS_INTERVAL",
+)
+#: every variable with this prefix travels too (credentials, region, ``AWS_ENDPOINT_URL``,
+#: profile), so an ``s3://`` output or corpus is reached from the job as from this shell
+FORWARDED_PREFIXES = ("AWS_",)
+
+
+def job_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of this shell that the Ray job's ``runtime_env`` carries (those set)."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if k in FORWARDED_ENV or any(k.startswith(p) for p in FORWARDED_PREFIXES)
+    }
 
 
 def submission_id(spec: JobSpec) -> str:
@@ -78,7 +96,7 @@ def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable
     if chosen is None:
         raise MixscopeError(f"too many failed submissions of {base}")
 
-    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    env = job_env(os.environ)
     with tempfile.TemporaryDirectory(prefix="mixscope-submit-") as tmp:
         (Path(tmp) / "job.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
         deadline = time.time() + AGENT_WAIT_SECONDS
@@ -86,7 +104,9 @@ def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable
         while True:  # a head that has just started takes a moment to get its job agent
             try:
                 client.submit_job(
-                    entrypoint="mixscope run job.yaml --no-progress",
+                    # stderr of a Ray job is not a terminal: progress is one log line per
+                    # MIXSCOPE_PROGRESS_INTERVAL seconds (runtime/progress.py)
+                    entrypoint="mixscope run job.yaml",
                     submission_id=chosen,
                     runtime_env={"working_dir": tmp, "env_vars": env},
                     metadata={"mixscope_job": spec.name},

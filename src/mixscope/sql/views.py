@@ -310,10 +310,10 @@ def _run_row(r: dict[str, Any]) -> tuple:
 def _refuse_damaged(layout: Layout, run_ids: list[str]) -> None:
     """Never answer from part of a run: a committed file missing or truncated (or a commit
     record that no longer parses) is an error naming it (``store/verify.py``)."""
-    from mixscope.store.verify import check_run
+    from mixscope.store.verify import check_run_cached
 
     for run_id in run_ids:
-        damage = check_run(layout, run_id)
+        damage = check_run_cached(layout, run_id)  # once per state of its records
         if damage:
             more = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
             raise MixscopeError(

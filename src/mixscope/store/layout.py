@@ -187,14 +187,15 @@ class Layout:
         folder, name = path.rsplit("/", 1)
         os.makedirs(folder, exist_ok=True)
         tmp = f"{folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        try:
+        try:  # the temporary goes whatever fails, its own write included (disk full)
+            with open(tmp, "wb") as f:
+                f.write(data)
             os.link(tmp, path)
         except FileExistsError:
             return False
         finally:
-            os.unlink(tmp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         return True
 
     def read_json(self, path: str) -> Any | None:

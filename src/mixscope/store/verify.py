@@ -84,31 +84,77 @@ def _entry_damage(
     return out
 
 
-def check_run(layout: Layout, run_id: str, *, deep: bool = False) -> list[Damage]:
-    """Every damage of the run's committed results, shard damage first, in shard order."""
+@dataclass(frozen=True)
+class _Expected:
+    """What a run's records say its files are: (shard or None, generation or None, kind →
+    entry) per commit and for the latest consolidation, and the records that do not parse."""
+
+    unreadable: tuple[Damage, ...]
+    entries: tuple[tuple[int | None, int | None, dict[str, dict]], ...]
+
+
+def _expected(layout: Layout, run_id: str) -> _Expected:
     from mixscope.stats.consolidate import latest
     from mixscope.store.schema import STATS
 
-    damage: list[Damage] = []
     commits, unreadable = manifest.read_records(
         layout, manifest.commits_dir(layout, run_id), CommitRecord.from_json
     )
+    bad = []
     for path in unreadable:
         m = _SHARD_FILE.search(path)
-        shard = int(m.group(1)) if m else None
-        damage.append(Damage("commit record unreadable (truncated?)", shard))
+        bad.append(Damage("commit record unreadable (truncated?)", int(m.group(1)) if m else None))
     gen = latest(layout, run_id)
-    sizes = _Sizes(layout)
-
+    entries: list[tuple[int | None, int | None, dict[str, dict]]] = []
     for shard_id, rec in sorted(commits.items()):
         files = {k: e.to_json() for k, e in rec.files.items()}
         if shard_id in gen.shards:  # its partials live on in the generation's files
             files = {k: e for k, e in files.items() if k not in STATS}
+        entries.append((shard_id, None, files))
+    entries.append((None, gen.generation, gen.files))
+    return _Expected(tuple(bad), tuple(entries))
+
+
+def _damage(layout: Layout, expected: _Expected, deep: bool) -> list[Damage]:
+    sizes = _Sizes(layout)
+    damage = list(expected.unreadable)
+    for shard, generation, files in expected.entries:
         for what in _entry_damage(layout, sizes, files, deep).values():
-            damage.append(Damage(what, shard_id))
-    for what in _entry_damage(layout, sizes, gen.files, deep).values():
-        damage.append(Damage(what, None, gen.generation))
+            damage.append(Damage(what, shard, generation))
     return damage
+
+
+def check_run(layout: Layout, run_id: str, *, deep: bool = False) -> list[Damage]:
+    """Every damage of the run's committed results, shard damage first, in shard order."""
+    return _damage(layout, _expected(layout, run_id), deep)
+
+
+#: (root, run) → (the records' listing, what they said) of the last check in this process
+_SEEN: dict[tuple[str, str], tuple[tuple, _Expected]] = {}
+
+
+def _records_listing(layout: Layout, run_id: str) -> tuple:
+    """Name, size and mtime of every commit and consolidation record of the run: two
+    folder listings, no file read. A commit, a consolidation, a record rewritten or
+    truncated changes it."""
+    out = []
+    for folder in (manifest.commits_dir(layout, run_id), layout.consolidation_dir(run_id)):
+        infos = layout.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        out += sorted((i.path, i.size, i.mtime_ns) for i in infos)
+    return tuple(out)
+
+
+def check_run_cached(layout: Layout, run_id: str) -> list[Damage]:
+    """``check_run`` (not ``deep``) that reads the run's records again only when their
+    listing changed since the last check in this process: repeated connections to a big
+    output (a notebook's ``refresh()``, a report, a sync pass) list its folders to check
+    every file's presence and size, but do not re-read thousands of commit records."""
+    key, listing = (layout.root, run_id), _records_listing(layout, run_id)
+    seen = _SEEN.get(key)
+    if seen is None or seen[0] != listing:
+        seen = (listing, _expected(layout, run_id))
+        _SEEN[key] = seen
+    return _damage(layout, seen[1], deep=False)
 
 
 def repair_plan(layout: Layout, run_id: str, damage: list[Damage]) -> tuple[set[int], bool]:
