@@ -374,3 +374,52 @@ def test_ray_executor_writes_to_s3(ray_local, s3, roots, tiny_bert_dir):
         .read()
     )
     assert rec["status"] == "complete"
+
+
+def test_killed_ray_job_on_s3_resumes_to_the_local_rows(ray_local, s3, tiny_bert_dir, tmp_path):
+    """Issue 14's round trip: a job with 2 Ray actors writing to S3 loses an actor mid-shard
+    and then its driver (after shard 3's files were written, before its commit record);
+    rerun, it resumes, and SQL over s3:// returns exactly the rows of the same job on disk."""
+    from run_helpers import cli_args, content_hash, driver_process, job_spec
+
+    _, client = s3
+    bucket = new_bucket(client)
+    out = f"s3://{bucket}/killed"
+    faults = {
+        "kill": {"shard": 1, "once": str(tmp_path / "actor-killed")},
+        "crash_before_commit": {"shard": 3, "once": str(tmp_path / "driver-killed")},
+    }
+    args = [*cli_args(tiny_bert_dir, out), "--set", "runtime.shard_order=plan"]
+    proc = driver_process(args, {"MIXSCOPE_FAULTS": json.dumps(faults)})
+    log = proc.communicate(timeout=300)[0].decode(errors="replace")
+    assert proc.returncode == 137, log[-2000:]
+    assert (tmp_path / "actor-killed").exists() and (tmp_path / "driver-killed").exists()
+    remote = Layout.open(out)
+    (run_id,) = remote.list_dirs(remote.runs_dir())
+    committed = manifest.commits(remote, run_id)
+    assert 3 not in committed  # its objects were written, its commit record never was
+    if 1 in committed:  # the killed actor's shard was retried before the driver died
+        assert committed[1].attempt == 2
+    # nobody sees shard 3's objects (or any uncommitted shard's): exactly the committed docs
+    visible = connect(out).execute("SELECT count(DISTINCT doc_id) FROM tokens").fetchone()[0]
+    assert visible == sum(rec.docs for rec in committed.values())
+
+    # S3 has no locks that die with their process: the killed driver's run lease holds the
+    # run until it expires (run_lock.TTL), and a rerun before that is refused (exit 3)
+    busy = CliRunner().invoke(main, ["run", *args, "--no-progress"])
+    assert busy.exit_code == 3, busy.output
+    assert "its lease expires at" in busy.output and len(busy.output.strip().splitlines()) == 1
+    lease_key = f"killed/_mixscope/runs/{run_id}/driver.lease"
+    held = json.loads(client.get_object(Bucket=bucket, Key=lease_key)["Body"].read())
+    assert held["expires_at"] > time.time()
+    held["expires_at"] = time.time() - 1  # as if its TTL had passed (not 60 s of waiting)
+    client.put_object(Bucket=bucket, Key=lease_key, Body=json.dumps(held).encode())
+
+    summary = run_job(job_spec(tiny_bert_dir, out), show_progress=False)
+    assert summary.status == "complete", summary.errors
+    assert summary.shards_skipped == len(committed)
+    local = run_job(job_spec(tiny_bert_dir, tmp_path / "local"), show_progress=False)
+    assert local.status == "complete"
+    assert content_hash(out) == content_hash(str(tmp_path / "local"))
+    keys = objects(client, bucket, "killed/")
+    assert not [k for k in keys if k.endswith((".tmp", "/"))]

@@ -36,10 +36,18 @@ class RunBusyError(MixscopeError):
     exit_code = 3
 
 
+def _clock(seconds: float) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(seconds))
+
+
 def _holder_text(info: dict) -> str:
+    """Who holds the run: a local lock records since when, a remote lease until when (a
+    killed driver's lease is free once it expires: the rerun then resumes)."""
+    owner = info.get("owner", "?")
+    if info.get("expires_at"):
+        return f"{owner} (its lease expires at {_clock(info['expires_at'])} unless renewed)"
     since = info.get("since")
-    when = time.strftime("%H:%M:%S UTC", time.gmtime(since)) if since else "?"
-    return f"{info.get('owner', '?')} since {when}"
+    return f"{owner} since {_clock(since) if since else '?'}"
 
 
 @contextlib.contextmanager
