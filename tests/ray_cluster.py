@@ -89,10 +89,10 @@ class LocalCluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def _start(self, name: str, args: list[str]) -> Node:
+    def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Node:
         log = self.root / f"{name}.log"
         temp = self.root / name  # short: Ray's unix socket paths must stay < 108 bytes
-        env = {**driver_env(), "RAY_USAGE_STATS_ENABLED": "0"}
+        env = {**driver_env(), "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [
@@ -140,12 +140,20 @@ class LocalCluster:
         self.wait_for_nodes(1)
         return node
 
-    def add_node(self, name: str, num_cpus: int = 1, resources: str | None = None) -> Node:
+    def add_node(
+        self,
+        name: str,
+        num_cpus: int = 1,
+        resources: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Node:
+        """A worker node; ``env`` is added to its raylet's environment, which the worker
+        processes it starts inherit."""
         args = ["--address", self.address, "--num-cpus", str(num_cpus)]
         args += ["--min-worker-port", "0", "--max-worker-port", "0"]
         if resources:
             args += ["--resources", resources]
-        return self._start(name, args)
+        return self._start(name, args, env)
 
     def alive_nodes(self) -> int:
         """Alive nodes as the cluster's GCS sees them (``ray list``-free: a tiny driver)."""

@@ -95,9 +95,11 @@ def cluster():
     c.shutdown()
 
 
-def _driver(cluster: LocalCluster, args: list[str], log: Path) -> subprocess.Popen:
+def _driver(
+    cluster: LocalCluster, args: list[str], log: Path, faults: dict | None = None
+) -> subprocess.Popen:
     env = driver_env()  # Ray never sends its token to an explicit address unless told
-    env["MIXSCOPE_FAULTS"] = json.dumps({"slow": {"seconds": SLOW}})
+    env["MIXSCOPE_FAULTS"] = json.dumps({"slow": {"seconds": SLOW}, **(faults or {})})
     with log.open("wb") as out:
         return subprocess.Popen(
             [
@@ -218,3 +220,38 @@ def test_losing_the_second_node_completes_on_the_head(
     assert len(commits) == SHARDS
     assert any(c.attempt >= 2 for c in commits.values()), text[-2000:]  # the lost shard
     assert os.path.exists(out)
+
+
+def test_a_node_whose_actors_keep_dying_is_backed_off_then_given_up(
+    cluster, tiny_bert_dir, corpus, clean, tmp_path
+):
+    """Every actor on node n2 dies in its first shard (its processes carry NODE_TAG=n2):
+    the node is backed off after the first death, given up after the second
+    (node_max_failures), never handed a third actor, and reported; the job completes on
+    the head with exactly the rows of a clean run."""
+    cluster.start_head(num_cpus=1)
+    cluster.add_node("n2", num_cpus=1, resources='{"node2": 1}', env={"NODE_TAG": "n2"})
+    cluster.wait_for_nodes(2)
+    out, log = tmp_path / "out", tmp_path / "driver.log"
+    args = [*_args(tiny_bert_dir, corpus, out), "--set", "runtime.max_retries=3"]
+    args += ["--set", "runtime.node_max_failures=2", "--set", "runtime.node_backoff_seconds=1"]
+    faults = {"kill_where": {"env": "NODE_TAG", "value": "n2"}}
+    proc = _driver(cluster, args, log, faults)
+    _finish(proc, log, timeout=240)
+    state = _actors(out)
+    node2 = _node2(state)
+    assert node2 is not None, state
+    entry = next(n for n in state["nodes"] if n["node"] == node2)
+    assert entry["actor_deaths"] == 2, entry  # backed off once, then given up: no third
+    assert node2 in state["lost_nodes"], state
+    on2 = [a for a in state["actors"] if a["node"] == node2]
+    assert len(on2) == 2 and all(a["state"] == "dead" and a["shards"] == 0 for a in on2), on2
+    assert sum(a["shards"] for a in state["actors"]) == SHARDS  # each shard done once
+    assert content_hash(str(out)) == clean
+    from click.testing import CliRunner
+
+    from mixscope.cli import main
+
+    shown = CliRunner().invoke(main, ["status", str(out), "--actors"])
+    assert shown.exit_code == 0, shown.output
+    assert "gave up after 2 actor deaths" in shown.output, shown.output

@@ -11,6 +11,9 @@
   unchanged), so a test can change the cluster while a job runs.
 - ``{"crash_before_commit": {"shard": 0, "once": "/tmp/m"}}``: the driver dies after the
   shard's files are written and renamed but before its commit record.
+- ``{"kill_where": {"env": "NODE_TAG", "value": "n2"}}``: every shard attempt dies in the
+  processes whose environment has ``NODE_TAG=n2`` (a Ray node started with it: a node
+  that keeps failing).
 - ``{"trace": {"dir": "/tmp/t"}}``: every shard attempt that starts leaves one file in
   ``dir`` (``<pid>-<shard>-<n>``), so a test counts how many times shards were analysed.
 - ``{"disable": ["run_lock"]}``: a guard switched off (``run_lock``: two drivers of one run
@@ -45,6 +48,9 @@ def _fault(kind: str, shard_id: int) -> bool:
 def maybe_kill(shard_id: int) -> None:
     if _fault("kill", shard_id):
         os._exit(137)
+    where = _spec("kill_where")
+    if isinstance(where, dict) and os.environ.get(where["env"]) == where["value"]:
+        os._exit(137)  # a node whose every actor dies (its processes carry the variable)
 
 
 def _spec(kind: str) -> object:
