@@ -13,12 +13,11 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from mixscope.choices import DETAIL_MODES, MASK_COUNTS, PRECISIONS
 from mixscope.config.fields import FieldInfo, describe, setting
-from mixscope.corpus.masking import MASK_COUNTS
 from mixscope.mixing import ATTENTION_MODES
 from mixscope.models.packaged import DEFAULT_MODEL
 from mixscope.runtime.executor import EXECUTORS
-from mixscope.store.schema import DETAIL_MODES, PRECISIONS
 
 #: how consecutive documents become pairs (``corpus.pair_selection``, corpus/plan.py)
 PAIR_SELECTIONS = ("split", "fit")
