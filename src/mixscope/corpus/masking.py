@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 #: how the number of masked tokens is counted from ``rate · m`` (``analysis.mask_count``)
-MASK_COUNTS = ("round", "floor")
+from mixscope.choices import MASK_COUNTS
 
 
 def mask_count(rate: float, m: int, rule: str = "round") -> int:

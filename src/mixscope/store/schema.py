@@ -45,8 +45,7 @@ SEP_TOKENS = ("[SEP]", "</s>", "<sep>", "<|endoftext|>", "<|end_of_text|>", "<eo
 #: (1.0 falls in the last bin). Ranks from bin totals bound Spearman's error (METHOD in README).
 HIST_BINS = 4096
 
-DETAIL_MODES = ("full", "sample", "none")
-PRECISIONS = ("float32", "float16")
+from mixscope.choices import DETAIL_MODES, PRECISIONS  # noqa: E402, F401 (re-exported)
 
 
 def category_codes(

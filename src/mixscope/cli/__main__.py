@@ -1,0 +1,7 @@
+"""``python -m mixscope.cli``: the ``mixscope`` command."""
+
+import sys
+
+from mixscope.cli import main
+
+sys.exit(main())
