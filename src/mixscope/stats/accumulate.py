@@ -65,7 +65,7 @@ class ShardStatistics:
             return
         L = self.layers = block.layers
         v64 = block.values.astype(np.float64)  # [layers, measures, tokens], once
-        ids = self._tokens.add(token_keys(block), block.values, v64)
+        ids = self._tokens.add(token_keys(block), block.values)
         self._token_hist.add(ids, v64)
         self._layer_hist.add(block.values, block.category)
         seq = sequence_moments(block, v64)

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixscope.stats.block import Vocabulary
+from mixscope.stats.kernels import add_layer_histogram
 from mixscope.stats.keys import ID_BITS, counted
 from mixscope.stats.tables import kind_table
 from mixscope.store.schema import CATEGORIES, HIST_BINS, LAYER_HIST, STORED_MEASURES, TOKEN_HIST
@@ -47,23 +48,18 @@ def fast_bins(values: np.ndarray) -> np.ndarray:
 
 
 class LayerHistogram:
-    """Counts of every token-layer value in a flat [layer, category, measure, bin] grid."""
+    """Counts of every token-layer value in a flat [layer, category, measure, bin] grid
+    (``kernels.add_layer_histogram``: one pass over a block's values)."""
 
     def __init__(self) -> None:
         self.counts: np.ndarray | None = None
-        self._base: np.ndarray | None = None
 
     def add(self, values: np.ndarray, category: np.ndarray) -> None:
         """``values`` [layers, measures, tokens] float32, ``category`` [tokens]."""
-        L = values.shape[0]
-        if self.counts is None or self._base is None:
-            self.counts = np.zeros(L * N_CAT * N_MEAS * HIST_BINS, np.int64)
-            lm = np.arange(L)[:, None] * (N_CAT * N_MEAS) + np.arange(N_MEAS)
-            self._base = (lm * HIST_BINS)[:, :, None]  # [L, M, 1]
-        key = fast_bins(values)  # [layers, measures, tokens]
-        key += self._base
-        key += category.astype(np.intp) * (N_MEAS * HIST_BINS)
-        np.add.at(self.counts, key.reshape(-1), 1)
+        if self.counts is None:
+            self.counts = np.zeros(values.shape[0] * N_CAT * N_MEAS * HIST_BINS, np.int64)
+        cells = category.astype(np.int64)
+        add_layer_histogram(values, cells, self.counts, N_CAT, HIST_BINS)
 
     def table(self) -> pa.Table:
         assert self.counts is not None
