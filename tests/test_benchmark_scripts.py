@@ -1,0 +1,40 @@
+"""The benchmarks still run against the code they measure: each one's ``--quick`` smoke run
+exits 0 and prints its table (a benchmark that rots silently is a README figure nobody can
+regenerate: storage.py read commit records as dicts for a release after they became typed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _quick(script: str, tmp_path: Path) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), "--quick", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_storage_benchmark_runs(tmp_path: Path) -> None:
+    out = _quick("storage.py", tmp_path)
+    assert "full float16" in out and "summary means max |diff|" in out
+    assert list(tmp_path.iterdir()) == []  # its results directories are removed
+
+
+@pytest.mark.slow
+def test_host_benchmark_runs(tmp_path: Path) -> None:
+    out = _quick("host.py", tmp_path)
+    assert "| `none` |" in out and "tokens/s per core" in out
