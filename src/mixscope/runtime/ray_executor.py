@@ -55,14 +55,25 @@ FORWARDED_ENV += tuple(
 )  # fmt: skip
 
 
+#: how many times this process called ``ray.init`` (a sync of many checkpoints needs one:
+#: tests/test_checkpoints.py, benchmarks/startup.py)
+RAY_INITS = 0
+
+
 def ensure_ray(address: str | None) -> Any:
-    """Attach to ``address`` / RAY_ADDRESS, or start (or reuse) an embedded local Ray."""
+    """Attach to ``address`` / RAY_ADDRESS, or start (or reuse) an embedded local Ray.
+
+    Reused while initialized, so every job of one process (``checkpoints sync`` of many
+    checkpoints) pays Ray's start-up once.
+    """
     import ray
 
+    global RAY_INITS
     if ray.is_initialized():
         return ray
     # no address: an embedded instance of our own, even if a cluster runs on this machine
     address = address or os.environ.get("RAY_ADDRESS") or "local"
+    RAY_INITS += 1
     try:
         ray.init(
             address=address,
