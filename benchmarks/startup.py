@@ -14,7 +14,7 @@ on disk, analysed by one ``sync_pass`` in one Ray session, against one ``sync_pa
 checkpoint with a fresh Ray session each (``ray.shutdown()`` between: what a loop of
 separate sync processes pays). ``RAY_INITS`` (runtime/ray_executor.py) is printed for both.
 
-    python benchmarks/startup.py [--reps 2] [--tokens 35000] [--checkpoints 3]
+    python benchmarks/startup.py [--reps 2] [--tokens 35000] [--checkpoints 3] [--save]
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from common import REPO, minilm_path, wikitext_path
+
+#: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
+RESULTS = REPO / "benchmarks" / "results" / "startup.md"
 
 
 def make_corpus(folder: Path, tokens: int) -> list[str]:
@@ -136,6 +139,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=35_000)
     ap.add_argument("--checkpoints", type=int, default=3)
+    ap.add_argument("--save", action="store_true", help=f"also write {RESULTS}")
     args = ap.parse_args()
     import ray
 
@@ -166,12 +170,14 @@ def main() -> None:
         return statistics.median(r[key] for r in runs[ex])
 
     ray_wall, local_wall = med("ray", "wall"), med("local", "wall")
-    print(
-        f"\nStart-up of a small job (MiniLM, ~{args.tokens} tokens, 2 CPU actors, "
+    lines: list[str] = []
+    out = lines.append
+    out(
+        f"Start-up of a small job (MiniLM, ~{args.tokens} tokens, 2 CPU actors, "
         f"medians of {args.reps}):\n"
     )
-    print("| phase | seconds | share of the Ray job's wall |")
-    print("|---|---|---|")
+    out("| phase | seconds | share of the Ray job's wall |")
+    out("|---|---|---|")
     phases = [
         ("Ray start (once per process)", ray_start),
         ("first actor ready (spawn + imports + model load)", med("ray", "first_ready")),
@@ -181,17 +187,23 @@ def main() -> None:
         ("Ray job wall (without Ray start)", ray_wall),
     ]
     for name, s in phases:
-        print(f"| {name} | {s:.2f} | {s / ray_wall:.2f} |")
-    print(
+        out(f"| {name} | {s:.2f} | {s / ray_wall:.2f} |")
+    out(
         f"\nin-process (runtime.executor: local) wall {local_wall:.2f}s; "
         f"Ray / in-process: **{ray_wall / local_wall:.2f}x** "
         f"(with Ray start: {(ray_wall + ray_start) / local_wall:.2f}x)"
     )
-    print(
+    out(
         f"\ncheckpoints sync of {args.checkpoints} tiny checkpoints: one Ray session "
         f"{one[0]:.2f}s ({one[1]} ray.init), one session per checkpoint {each[0]:.2f}s "
         f"({each[1]} ray.init); one / each: **{one[0] / each[0]:.2f}x**"
     )
+
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    if args.save:
+        RESULTS.write_text(text, encoding="utf-8")
+        print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":
