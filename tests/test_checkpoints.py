@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -309,3 +310,46 @@ def test_lease_renewal_and_a_stealing_process_never_both_hold(tmp_path, monkeypa
     assert outcome["b"] in ("stolen", "refused")
     assert renewed != b_believes  # exactly one of them believes it holds the lease …
     assert renewed == (owner == a.owner) and a.held == renewed  # … and the file agrees
+
+
+def test_sync_of_many_checkpoints_starts_ray_once(ray_local, training):
+    """One sync pass over 3 checkpoints: one ray.init, and each checkpoint's rows equal
+    that checkpoint analysed alone (in-process, its own root)."""
+    from mixscope.runtime import ray_executor
+    from mixscope.runtime.driver import run_job
+
+    train, probe, out = training
+    ray_local.shutdown()  # a fresh process: Ray not started yet
+    try:
+        inits = ray_executor.RAY_INITS
+        report = sync_pass(_spec(probe, out), source=str(train))
+        assert _statuses(report) == [(100, "analysed"), (200, "analysed"), (300, "analysed")]
+        assert ray_executor.RAY_INITS - inits == 1
+    finally:
+        ray_local.shutdown()
+        ray_local.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
+    synced = {
+        (run, layer, measure): (mean, seq_mean, n)
+        for run, layer, measure, mean, seq_mean, n in run_query(
+            connect(str(out)), "layer_profile", {}
+        ).fetchall()
+    }
+    assert len(synced) == 3 * 2 * 5
+    alone: dict = {}
+    for o in report.outcomes:
+        root = out.parent / f"alone-{o.step}"
+        spec = _spec(probe, root, **{"runtime.executor": "local"})
+        spec = replace(spec, model=str(train / f"checkpoint-{o.step}"), step=o.step)
+        summary = run_job(spec, show_progress=False)
+        assert summary.status == "complete" and summary.run_id == o.run_id
+        for run, layer, measure, mean, seq_mean, n in run_query(
+            connect(str(root)), "layer_profile", {}
+        ).fetchall():
+            alone[(run, layer, measure)] = (mean, seq_mean, n)
+    assert synced == alone  # bit-identical: same run ids, same means and counts

@@ -35,8 +35,8 @@ from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.executor import RetryPolicy
 from mixscope.runtime.node_health import NodeHealth
 from mixscope.runtime.pool_status import PoolStatus
+from mixscope.runtime.ray_actor import RayShardWorker
 from mixscope.runtime.scheduling import order_shards
-from mixscope.runtime.worker import ShardWorker
 
 FORWARDED_ENV: tuple[str, ...] = (
     faults.ENV,
@@ -55,14 +55,25 @@ FORWARDED_ENV += tuple(
 )  # fmt: skip
 
 
+#: how many times this process called ``ray.init`` (a sync of many checkpoints needs one:
+#: tests/test_checkpoints.py, benchmarks/startup.py)
+RAY_INITS = 0
+
+
 def ensure_ray(address: str | None) -> Any:
-    """Attach to ``address`` / RAY_ADDRESS, or start (or reuse) an embedded local Ray."""
+    """Attach to ``address`` / RAY_ADDRESS, or start (or reuse) an embedded local Ray.
+
+    Reused while initialized, so every job of one process (``checkpoints sync`` of many
+    checkpoints) pays Ray's start-up once.
+    """
     import ray
 
+    global RAY_INITS
     if ray.is_initialized():
         return ray
     # no address: an embedded instance of our own, even if a cluster runs on this machine
     address = address or os.environ.get("RAY_ADDRESS") or "local"
+    RAY_INITS += 1
     try:
         ray.init(
             address=address,
@@ -133,15 +144,15 @@ class RayExecutor:
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
         env.setdefault("TRANSFORMERS_VERBOSITY", "error")
         env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        self.env = env
         self.bundle = {"CPU": float(r.cpus_per_worker), "GPU": float(self.num_gpus)}
-        self.actor_cls = self.ray.remote(ShardWorker)
+        self.actor_cls = self.ray.remote(RayShardWorker)
         self.actor_options = {
             "num_cpus": r.cpus_per_worker,
             "num_gpus": self.num_gpus,
             "max_restarts": 0,
             "max_task_retries": 0,
-            "runtime_env": {"env_vars": env},
-        }
+        }  # no runtime_env: the env goes as an argument (ray_actor.py says why)
         self.spec_dict = spec.to_dict()
         self.health = NodeHealth(r.node_max_failures, r.node_backoff_seconds)
         self.pool: ActorPool | None = None
@@ -155,7 +166,7 @@ class RayExecutor:
             ray,
             self.actor_cls,
             self.actor_options,
-            (self.spec_dict, self.run_id),
+            (self.env, self.spec_dict, self.run_id),
             self.bundle,
             self.health,
             min(self.min_workers, len(shards)),
