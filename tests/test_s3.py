@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mixscope.checkpoints.lease import Lease
+from mixscope.store.lease import Lease
 from mixscope.cli import main
 from mixscope.config import load_spec
 from mixscope.errors import MixscopeError
