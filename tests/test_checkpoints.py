@@ -17,12 +17,12 @@ from click.testing import CliRunner
 
 from mixscope.checkpoints.complete import incomplete_reason
 from mixscope.checkpoints.discover import discover
-from mixscope.store.lease import Lease
 from mixscope.checkpoints.sync import sync_pass
 from mixscope.cli import main
 from mixscope.config import load_spec
 from mixscope.sql.named import run_query
 from mixscope.sql.views import connect
+from mixscope.store.lease import Lease
 
 OLD = time.time() - 3600
 
