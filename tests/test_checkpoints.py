@@ -18,12 +18,12 @@ from click.testing import CliRunner
 
 from mixscope.checkpoints.complete import incomplete_reason
 from mixscope.checkpoints.discover import discover
-from mixscope.checkpoints.lease import Lease
 from mixscope.checkpoints.sync import sync_pass
 from mixscope.cli import main
 from mixscope.config import load_spec
 from mixscope.sql.named import run_query
 from mixscope.sql.views import connect
+from mixscope.store.lease import Lease
 
 OLD = time.time() - 3600
 
@@ -264,7 +264,7 @@ def test_watch_stops_cleanly_on_sigterm(training):
 
 _STEAL = """
 import sys, time
-from mixscope.checkpoints.lease import Lease
+from mixscope.store.lease import Lease
 lease = Lease(sys.argv[1], "ck", ttl=60)
 print("stolen" if lease.acquire() else "refused", flush=True)
 lease._stop.set()  # keep the record on disk after this process exits
@@ -282,7 +282,7 @@ def test_lease_renewal_and_a_stealing_process_never_both_hold(tmp_path, monkeypa
     import subprocess
     import sys
 
-    from mixscope.checkpoints import lease as L
+    from mixscope.store import lease as L
 
     a = Lease(tmp_path, "ck", ttl=60)
     assert a.acquire()
@@ -353,3 +353,25 @@ def test_sync_of_many_checkpoints_starts_ray_once(ray_local, training):
         ).fetchall():
             alone[(run, layer, measure)] = (mean, seq_mean, n)
     assert synced == alone  # bit-identical: same run ids, same means and counts
+
+
+def test_lease_record_is_typed_and_a_damaged_one_is_expired(tmp_path):
+    """The lease file holds a versioned LeaseRecord; one without its expiry (or not JSON) is
+    damage and is stolen like an expired lease, never a KeyError."""
+    from mixscope.store.lease import LEASE_FORMAT, LeaseRecord
+
+    a = Lease(tmp_path, "ck", ttl=60)
+    assert a.acquire()
+    rec = a.holder_record()
+    assert isinstance(rec, LeaseRecord) and rec.owner == a.owner and rec.format == LEASE_FORMAT
+    assert json.loads(a.path.read_text())["format"] == LEASE_FORMAT
+    a._stop.set()
+    a._thread.join()
+    a.path.write_text(json.dumps({"owner": "someone"}))  # no expires_at
+    b = Lease(tmp_path, "ck", ttl=60)
+    assert b.acquire() and b.holder()["owner"] == b.owner
+    b.path.write_text("{trunc")
+    assert b.holder() is None and not b.renew()
+    b.release()
+    old = LeaseRecord.from_json({"owner": "x", "expires_at": 1.0}, "old")  # before format
+    assert old.format == 0 and old.expired

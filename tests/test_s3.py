@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mixscope.checkpoints.lease import Lease
 from mixscope.cli import main
 from mixscope.config import load_spec
 from mixscope.errors import MixscopeError
@@ -27,6 +26,7 @@ from mixscope.sql.views import connect
 from mixscope.stats import consolidate as consolidation
 from mixscope.store import manifest, objectstore
 from mixscope.store.layout import Layout
+from mixscope.store.lease import Lease
 from s3_server import AWS_ENV, moto_server, new_bucket, objects, s3_client
 
 DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"

@@ -9,7 +9,7 @@ naming the holder, and exits non-zero without touching anything.
 Local roots use an advisory ``flock`` on ``_mixscope/runs/<run>/driver.lock``: the
 operating system releases it when the holder exits, however it exits (SIGKILL included),
 so a killed driver never blocks the rerun that resumes it. Object-store roots have no
-locks: there the lock is a lease with expiry (``checkpoints/lease.py``: conditional
+locks: there the lock is a lease with expiry (``store/lease.py``: conditional
 writes, renewed by a heartbeat), so a killed driver's lock frees itself after ``TTL``.
 """
 
@@ -62,7 +62,7 @@ def run_lock(layout: Layout, run_id: str) -> Iterator[None]:
         yield
         return
     if not layout.is_local:
-        from mixscope.checkpoints.lease import Lease
+        from mixscope.store.lease import Lease
 
         lease = Lease(f"{layout.root.rstrip('/')}/_mixscope/runs/{run_id}", "driver", TTL)
         if not lease.acquire():

@@ -34,10 +34,10 @@ class FileEntry:
     @classmethod
     def from_json(cls, d: Mapping[str, Any], where: str) -> FileEntry:
         return cls(
-            path=str(_need(d, "path", where)),
-            bytes=int(_need(d, "bytes", where)),
-            sha256=str(_need(d, "sha256", where)),
-            rows=int(_need(d, "rows", where)),
+            path=str(need(d, "path", where)),
+            bytes=int(need(d, "bytes", where)),
+            sha256=str(need(d, "sha256", where)),
+            rows=int(need(d, "rows", where)),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -81,18 +81,18 @@ class CommitRecord:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], where: str) -> CommitRecord:
-        files = _need(d, "files", where)
+        files = need(d, "files", where)
         if not isinstance(files, Mapping):
             raise CorruptRecordError(f"{where}: files is not a mapping")
-        known = _keys(cls)
+        known = known_keys(cls)
         return cls(
             run_id=str(d.get("run_id", "")),
-            shard_id=int(_need(d, "shard_id", where)),
-            docs=int(_need(d, "docs", where)),
-            tokens=int(_need(d, "tokens", where)),
-            rows=int(_need(d, "rows", where)),
+            shard_id=int(need(d, "shard_id", where)),
+            docs=int(need(d, "docs", where)),
+            tokens=int(need(d, "tokens", where)),
+            rows=int(need(d, "rows", where)),
             files={k: FileEntry.from_json(e, f"{where}: files.{k}") for k, e in files.items()},
-            seconds=float(_need(d, "seconds", where)),
+            seconds=float(need(d, "seconds", where)),
             sequences=int(d.get("sequences", 0)),
             detail_rows=int(d.get("detail_rows", 0)),
             attempt=int(d.get("attempt", 1)),
@@ -124,7 +124,7 @@ class FailureRecord:
     @classmethod
     def from_json(cls, d: Mapping[str, Any], where: str) -> FailureRecord:
         return cls(
-            shard_id=int(_need(d, "shard_id", where)),
+            shard_id=int(need(d, "shard_id", where)),
             error=str(d.get("error") or ""),  # an exception with no message leaves ""
             attempts=int(d.get("attempts", 0)),
             format=int(d.get("format", 0)),
@@ -134,11 +134,13 @@ class FailureRecord:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _keys(cls: type) -> set[str]:
+def known_keys(cls: type) -> set[str]:
     return {f.name for f in fields(cls)} - {"extra"}
 
 
-def _need(d: Mapping[str, Any], key: str, where: str) -> Any:
+def need(d: Mapping[str, Any], key: str, where: str) -> Any:
+    """``d[key]``, or ``CorruptRecordError`` naming ``where`` and the key (shared by every
+    typed record: store/runs.py, store/lease.py)."""
     if not isinstance(d, Mapping):
         raise CorruptRecordError(f"{where}: not a JSON object")
     if key not in d or d[key] is None:

@@ -11,11 +11,13 @@ import hashlib
 import json
 import platform
 import time
+from dataclasses import replace
 from typing import Any
 
 from mixscope import __version__
 from mixscope.config import JobSpec
 from mixscope.store.layout import Layout
+from mixscope.store.run_record import RUN_FORMAT, RunRecord
 from mixscope.store.schema import SCHEMA_VERSION
 
 
@@ -77,22 +79,45 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def load_run(layout: Layout, run_id: str) -> RunRecord | None:
+    """The typed run record; None if the run has none; ``CorruptRecordError`` if damaged."""
+    path = f"{layout.run_dir(run_id)}/run.json"
+    data = layout.read_json(path)
+    return None if data is None else RunRecord.from_json(data, layout.relative(path))
+
+
+def load_runs(layout: Layout) -> list[RunRecord]:
+    """Every run's typed record, oldest first."""
+    runs = []
+    for run_id in layout.list_dirs(layout.runs_dir()):
+        record = load_run(layout, run_id)
+        if record is not None:
+            runs.append(record)
+    return sorted(runs, key=lambda r: r.created_at)
+
+
 def read_run(layout: Layout, run_id: str) -> dict[str, Any] | None:
-    return layout.read_json(f"{layout.run_dir(run_id)}/run.json")
-
-
-def write_run(layout: Layout, record: dict[str, Any]) -> None:
-    record["updated_at"] = now()
-    layout.write_json(f"{layout.run_dir(record['run_id'])}/run.json", record)
+    """:func:`load_run` as JSON (every key present, checked), for readers of the dict."""
+    record = load_run(layout, run_id)
+    return None if record is None else record.to_json()
 
 
 def list_runs(layout: Layout) -> list[dict[str, Any]]:
-    runs = []
-    for run_id in layout.list_dirs(layout.runs_dir()):
-        rec = read_run(layout, run_id)
-        if rec is not None:
-            runs.append(rec)
-    return sorted(runs, key=lambda r: r.get("created_at", ""))
+    """:func:`load_runs` as JSON, oldest first."""
+    return [r.to_json() for r in load_runs(layout)]
+
+
+def write_run(layout: Layout, record: RunRecord | dict[str, Any]) -> RunRecord:
+    """Write the run record (through :class:`RunRecord`, so a writer cannot store a record
+    a reader would refuse), stamped ``updated_at`` and the current format."""
+    if not isinstance(record, RunRecord):
+        typed = RunRecord.from_json(record, f"run record {record.get('run_id')}")
+        record["updated_at"] = now()  # the caller's dict stays in step with the file
+    else:
+        typed = record
+    typed = replace(typed, updated_at=now(), format=RUN_FORMAT)
+    layout.write_json(f"{layout.run_dir(typed.run_id)}/run.json", typed.to_json())
+    return typed
 
 
 def resolve_run_ids(layout: Layout, given: list[str] | tuple[str, ...]) -> list[str]:
