@@ -211,10 +211,11 @@ def test_fit_selection_end_to_end(tiny_bert_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert "2 kept, 0 split, 3 skipped" in result.output
 
-    from mixscope.report.build import _Report
+    from mixscope.report.context import Report
+    from mixscope.report.tables import runs_section
 
-    rep = _Report(str(out), [record], None)
-    rep.runs_section()
+    rep = Report(str(out), [record], None)
+    runs_section(rep)
     html = "\n".join(rep.sections["runs"].parts)
     assert "2 kept, 0 split, 3 skipped" in html
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mixscope._version import __version__
+from mixscope.measures import MEASURE_COLUMNS
 
 __all__ = [
     "MEASURES",
@@ -22,7 +23,7 @@ __all__ = [
     "to_polars",
 ]
 
-MEASURES = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
+MEASURES = MEASURE_COLUMNS
 
 if TYPE_CHECKING:  # pragma: no cover
     from mixscope.api import analyze, contribution_maps

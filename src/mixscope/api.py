@@ -18,9 +18,8 @@ from mixscope.corpus.masking import MASK_COUNTS
 from mixscope.errors import MixscopeError
 from mixscope.mixing.batches import BATCH_TOKENS, run_batches
 from mixscope.mixing.engine import MixingEngine
-from mixscope.mixing.pairs import PAIR_MEASURES
 from mixscope.models.loading import LoadedModel, load
-from mixscope.store.schema import MEASURE_COLUMNS, TOKENS_SCHEMA
+from mixscope.store.schema import MEASURE_COLUMNS, PAIR_MEASURES, TOKENS_SCHEMA
 
 log = logging.getLogger("mixscope")
 

@@ -19,7 +19,6 @@ from mixscope.mixing.block import (
 from mixscope.mixing.ratios import self_attention_vector
 
 #: order of the maps along the ``measure`` axis of :func:`pair_norms`
-PAIR_MEASURES = ("attn_n", "attnres_n", "attnresln_n")
 
 
 def _gram_norms(alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mixscope.measures import MEASURE_COLUMNS
 from mixscope.mixing.block import BlockParams, BlockTensors, centre_, head_values
 
 #: order of the measures along the ``measure`` axis of :func:`token_measures`
-MEASURE_ORDER = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
+MEASURE_ORDER = MEASURE_COLUMNS
 
 
 def self_attention_vector(t: BlockTensors, p: BlockParams) -> torch.Tensor:

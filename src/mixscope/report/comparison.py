@@ -3,16 +3,14 @@
 Asked for explicitly: which two runs to put side by side (two checkpoints, two models,
 float32 vs bfloat16) is the user's question, not something to guess from a root that may
 hold dozens. The numbers are the ``compare_runs`` and ``compare_token_types`` queries
-(via :mod:`mixscope.compare`); the figures are :func:`mixscope.report.plots.compare_layers`
-and :func:`mixscope.report.plots.compare_token_types`.
+(via :mod:`mixscope.compare`); the figures are drawn by :mod:`mixscope.report.compare_plots`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from mixscope.report import data
 from mixscope.report import html as H
+from mixscope.report.context import Report, pct
 
 
 def with_compared(
@@ -31,14 +29,10 @@ def with_compared(
     return run_ids, (a, b)
 
 
-def _pct(x: float | None) -> H.Cell:
-    return H.Cell("") if x is None else H.Cell(f"{100 * x:.2f}", value=float(x), numeric=True)
-
-
-def compare_section(rep: Any, compare: tuple[str, str] | None) -> None:
-    """Fill ``rep``'s (a ``report.build._Report``) ``compare`` section."""
+def compare_section(rep: Report, compare: tuple[str, str] | None) -> None:
+    """Fill ``rep``'s ``compare`` section."""
     from mixscope.compare import compare_cursor, resolve_pair
-    from mixscope.report import plots
+    from mixscope.report import compare_plots, plots
 
     s = rep.sections["compare"]
     if not compare:
@@ -64,9 +58,9 @@ def compare_section(rep: Any, compare: tuple[str, str] | None) -> None:
         [
             r["layer"],
             plots.LABELS[r["measure"]],
-            _pct(r["mean_a"]),
-            _pct(r["mean_b"]),
-            _pct(r["diff"]),
+            pct(r["mean_a"]),
+            pct(r["mean_b"]),
+            pct(r["diff"]),
             "" if r["n_a"] is None else f"{r['n_a']:,}",
             "" if r["n_b"] is None else f"{r['n_b']:,}",
         ]
@@ -77,8 +71,8 @@ def compare_section(rep: Any, compare: tuple[str, str] | None) -> None:
     )
     slug = f"{pair.a}-{pair.b}"
     title = f"Per-layer comparison\na = {pair.label_a}\nb = {pair.label_b}"
-    fig = plots.compare_layers(layers, title)
+    fig = compare_plots.compare_layers(layers, title)
     rep.plot("compare", f"compare_layers-{slug}", "per-layer comparison", fig)
     title = f"Token type × layer, b − a (percentage points)\na = {pair.label_a}\nb = {pair.label_b}"
-    fig = plots.compare_token_types(types, title)
+    fig = compare_plots.compare_token_types(types, title)
     rep.plot("compare", f"compare_token_types-{slug}", "per-token-type comparison", fig)

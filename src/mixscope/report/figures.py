@@ -1,7 +1,7 @@
 """The report's figures as matplotlib objects, section by section (``Results.plot``).
 
-The very code that builds the report (``report.build._Report``, not rendering) makes
-them, so a notebook's figure is the report's figure.
+The very section functions that build the report (on a ``report.context.Report`` that
+does not render) make them, so a notebook's figure is the report's figure.
 """
 
 from __future__ import annotations
@@ -10,16 +10,8 @@ from typing import Any
 
 from mixscope.errors import MixscopeError
 
-#: section → the ``_Report`` method that draws it (layers and token types come together;
-#: compare and contributions take arguments)
-SECTIONS = {
-    "layers": "layer_sections",
-    "token-types": "layer_sections",
-    "frequency": "frequency_section",
-    "trend": "trend_section",
-    "compare": "",
-    "contributions": "",
-}
+#: the sections with figures (layers and token types are drawn together)
+SECTIONS = ("layers", "token-types", "frequency", "trend", "compare", "contributions")
 
 
 def figures(
@@ -33,20 +25,27 @@ def figures(
 ) -> list[Any]:
     """The ``Figure`` objects of section ``name`` for ``run_ids`` (default: all runs that
     ``con`` sees), in the report's order. ``con``: a views connection over ``root``."""
-    from mixscope.report.build import _Report, select_runs
     from mixscope.report.comparison import compare_section, with_compared
+    from mixscope.report.context import Report, select_runs
+    from mixscope.report.contributions import contributions_section
+    from mixscope.report.frequency import frequency_section
+    from mixscope.report.layers import layer_sections
     from mixscope.report.plots import pyplot
+    from mixscope.report.trend import trend_section
 
     if name not in SECTIONS:
         raise MixscopeError(f"no plot named {name!r}; plots: {', '.join(SECTIONS)}")
     run_ids, compare = with_compared(root, run_ids, compare)
-    rep = _Report(root, select_runs(root, run_ids), reference, con=con, render=False)
-    if name == "compare":
-        compare_section(rep, compare)
-    elif name == "contributions":
-        rep.contributions_section(True)
-    else:
-        getattr(rep, SECTIONS[name])()
+    rep = Report(root, select_runs(root, run_ids), reference, con=con, render=False)
+    draw = {
+        "layers": layer_sections,
+        "token-types": layer_sections,
+        "frequency": frequency_section,
+        "trend": trend_section,
+        "compare": lambda r: compare_section(r, compare),
+        "contributions": lambda r: contributions_section(r, True),
+    }
+    draw[name](rep)
     plt = pyplot()
     out = []
     for section, fig in rep.figures:

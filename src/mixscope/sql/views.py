@@ -17,12 +17,13 @@ lowest rank), the helper ``measures`` (the five names) and the macros ``ranked``
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
 
 from mixscope.errors import MixscopeError
+from mixscope.sql.macros import create_macros
+from mixscope.sql.runs_table import create_runs_table, detail_mode
 from mixscope.stats import consolidate as consolidation
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
@@ -40,12 +41,6 @@ from mixscope.store.schema import (
 # run ids are hex: an all-digit one must not be inferred as a number
 HIVE = "hive_partitioning = true, hive_types = {'run_id': VARCHAR}"
 
-RUN_COLUMNS = """run_id VARCHAR, name VARCHAR, model VARCHAR, checkpoint_path VARCHAR,
-  revision VARCHAR, model_fingerprint VARCHAR, step BIGINT, corpus VARCHAR,
-  corpus_fingerprint VARCHAR, n_docs BIGINT, options VARCHAR, status VARCHAR,
-  shards_total INTEGER, shards_done INTEGER, shards_failed INTEGER, rows BIGINT, tokens BIGINT,
-  created_at TIMESTAMP, updated_at TIMESTAMP, detail VARCHAR, sample_rate DOUBLE,
-  dtype VARCHAR"""
 
 #: the long ``tokens`` view's columns before the measures (schema 1's order, + original_id)
 TOKEN_COLUMNS = (
@@ -186,125 +181,12 @@ def _duck_type(t: Any) -> str:
     }[t]
 
 
-# occurrences with the frequency rank of their token (the ``ranked`` macro below)
-RANKED_OCCURRENCES = """
-CREATE MACRO ranked_occurrences(ref) AS TABLE SELECT * FROM ranked(occurrences, ref)
-"""
-
-# Spearman's rho from counts, for a population and a sub-population at once. ``cells``:
-# (grp, x, y, c, c2) = c observations at (x, y) in group grp (e.g. 'run|measure'), c2 of
-# them also in the sub-population (e.g. without [CLS]/[SEP]; c2 = c for none). Ties share
-# the mean of their ranks, computed from counts (cumulative sums over the distinct x and y),
-# and Σ c·dx·dy is summed per distinct y as dy · Σ c·dx, so the cells are read twice and
-# joined only with the (small) table of distinct x. With ``binned``, y is a histogram bin
-# standing for values that may differ inside it; ``bound`` is then the worst case of
-# |rho - rho of the values|: s + s²/2 with s² = Σ_b c_b (c_b² - 1) / (12 Σ_b c_b d_b²),
-# d_b = the bin's mean rank - (n + 1)/2.
-SPEARMAN = """
-CREATE MACRO spearman(cells, binned) AS TABLE
-WITH xs AS (
-    SELECT grp, x, sum(c) AS cx, sum(c2) AS cx2 FROM query_table(cells) GROUP BY grp, x
-),
-xn AS (SELECT *, sum(cx) OVER g AS n, sum(cx2) OVER g AS n2 FROM xs WINDOW g AS (PARTITION BY grp)),
-xd AS (  -- each distinct x: its counts and centred mean ranks
-    SELECT grp, x, cx, cx2, n, n2,
-        sum(cx) OVER w - (cx - 1) / 2.0 - (n + 1) / 2.0 AS dx,
-        sum(cx2) OVER w - (cx2 - 1) / 2.0 - (n2 + 1) / 2.0 AS dx2
-    FROM xn WINDOW w AS (PARTITION BY grp ORDER BY x ROWS UNBOUNDED PRECEDING)
-),
-ys AS (  -- each distinct y: its counts and Σ c·dx of its cells
-    SELECT c.grp, c.y, sum(c.c) AS cy, sum(c.c2) AS cy2,
-        sum(c.c * xd.dx) AS sdx, sum(c.c2 * xd.dx2) AS sdx2,
-        any_value(xd.n) AS n, any_value(xd.n2) AS n2
-    FROM query_table(cells) c JOIN xd ON c.grp = xd.grp AND c.x = xd.x
-    GROUP BY c.grp, c.y
-),
-yd AS (
-    SELECT grp, cy, cy2, sdx, sdx2, n, n2,
-        sum(cy) OVER w - (cy - 1) / 2.0 - (n + 1) / 2.0 AS dy,
-        sum(cy2) OVER w - (cy2 - 1) / 2.0 - (n2 + 1) / 2.0 AS dy2
-    FROM ys WINDOW w AS (PARTITION BY grp ORDER BY y ROWS UNBOUNDED PRECEDING)
-),
-sx AS (
-    SELECT grp, sum(cx * dx * dx) AS sxx, sum(cx2 * dx2 * dx2) AS sxx2 FROM xd GROUP BY grp
-),
-sy AS (
-    SELECT grp, any_value(n) AS n, any_value(n2) AS n2,
-        sum(sdx * dy) AS sxy, sum(cy * dy * dy) AS syy, sum(cy * (cy * cy - 1.0)) AS ties,
-        sum(sdx2 * dy2) AS sxy2, sum(cy2 * dy2 * dy2) AS syy2,
-        sum(cy2 * (cy2 * cy2 - 1.0)) AS ties2
-    FROM yd GROUP BY grp
-)
-SELECT grp, n::BIGINT AS n, sxy / sqrt(sxx * syy) AS rho,
-    CASE WHEN NOT binned THEN 0.0 WHEN syy = 0 THEN 'nan'::DOUBLE
-        ELSE sqrt(ties / (12 * syy)) + ties / (24 * syy) END AS bound,
-    n2::BIGINT AS n2, sxy2 / sqrt(sxx2 * syy2) AS rho2,
-    CASE WHEN NOT binned THEN 0.0 WHEN syy2 = 0 THEN 'nan'::DOUBLE
-        ELSE sqrt(ties2 / (12 * syy2)) + ties2 / (24 * syy2) END AS bound2
-FROM sy JOIN sx USING (grp)
-"""
-
-# rows of any table with run_id, token_id and token (token_stats, token_hist, occurrences)
-# with the frequency rank of their token: the run's own corpus counts when ``ref`` is NULL,
-# else the imported reference table ``ref`` (keyed by token id, or by token string when the
-# reference has no ids); tokens missing from a reference are left out.
-RANKED = """
-CREATE MACRO ranked(t, ref) AS TABLE
-SELECT x.*, f.rank AS freq_rank
-FROM query_table(t) x JOIN frequencies f ON f.run_id = x.run_id AND f.token_id = x.token_id
-WHERE ref IS NULL
-UNION ALL
-SELECT x.*, f.rank
-FROM query_table(t) x JOIN frequencies f ON f.token_id = x.token_id
-WHERE f.reference = ref AND f.token_id IS NOT NULL
-UNION ALL
-SELECT x.*, f.rank
-FROM query_table(t) x JOIN frequencies f ON f.token = x.token
-WHERE f.reference = ref AND f.token_id IS NULL
-"""
-
-
 def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
-
-
-def _detail_mode(r: dict[str, Any]) -> str:
-    """A run's ``output.detail`` (runs of schema 1 kept every row)."""
-    return ((r.get("options") or {}).get("output") or {}).get("detail") or "full"
-
-
-def _run_row(r: dict[str, Any]) -> tuple:
-    model = r.get("model") or {}
-    spec = r.get("spec") or {}
-    corpus = r.get("corpus") or {}
-    return (
-        r["run_id"],
-        r.get("name"),
-        spec.get("model") or model.get("source"),
-        model.get("source") if model.get("kind") == "local" else None,
-        model.get("revision"),
-        model.get("fingerprint"),
-        r.get("step"),
-        ", ".join(corpus.get("paths") or []),
-        corpus.get("fingerprint"),
-        corpus.get("n_docs"),
-        json.dumps(r.get("options") or {}, sort_keys=True),
-        r.get("status"),
-        r.get("shards_total"),
-        r.get("shards_done"),
-        r.get("shards_failed"),
-        r.get("rows"),
-        r.get("tokens"),
-        (r.get("created_at") or "").replace("T", " ").rstrip("Z") or None,
-        (r.get("updated_at") or "").replace("T", " ").rstrip("Z") or None,
-        _detail_mode(r),
-        ((r.get("options") or {}).get("output") or {}).get("sample_rate"),
-        ((r.get("options") or {}).get("analysis") or {}).get("dtype"),
-    )
 
 
 def _refuse_damaged(layout: Layout, run_ids: list[str]) -> None:
@@ -360,7 +242,7 @@ def connect(
     detail = [layout.uri(p) for p in manifest.committed_files(layout, "tokens", run_ids)]
     missing = None
     if not detail and runs:
-        modes = sorted({_detail_mode(r) for r in runs})
+        modes = sorted({detail_mode(r) for r in runs})
         missing = (
             f"no per-token rows: the selected runs were written with output.detail="
             f"{'/'.join(modes)}; the statistics views (layer_stats, token_stats, …) and "
@@ -394,14 +276,8 @@ def connect(
         "CREATE VIEW frequencies AS SELECT *, rank() OVER (PARTITION BY run_id, reference "
         f"ORDER BY count DESC) AS rank FROM ({' UNION ALL '.join(parts)})"
     )
-    con.execute(RANKED)
-    con.execute(RANKED_OCCURRENCES)
-    con.execute(SPEARMAN)
-
-    con.execute(f"CREATE TABLE runs ({RUN_COLUMNS})")
-    if runs:
-        marks = ", ".join("?" * len(_run_row(runs[0])))
-        con.executemany(f"INSERT INTO runs VALUES ({marks})", [_run_row(r) for r in runs])
+    create_macros(con)
+    create_runs_table(con, runs)
     con.execute(
         "CREATE TABLE measures AS SELECT * FROM (VALUES "
         + ", ".join(

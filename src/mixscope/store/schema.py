@@ -13,8 +13,9 @@ Readers (pandas, polars, DuckDB, Spark) rely on these names and types; bump
   the token it replaced (the frequency queries rank it by that token). Readers of schema-2
   runs see ``original_id`` NULL there (``coalesce(original_id, token_id)``).
 
-The measure lists below are the only ones: the SQL views and the statistics are
-generated from them, so adding a measure is one edit here (and one in the engine).
+The measure lists (``mixscope/measures.py``, re-exported here) are the only ones: the SQL
+views and the statistics are generated from them, the named queries are checked against
+them (tests/test_structure.py), so adding a measure is one edit there (and one in the engine).
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ import numpy as np
 import pyarrow as pa
 
 from mixscope._version import SCHEMA_VERSION
-
-#: the five measures of the paper, in the order every table and query uses
-MEASURE_COLUMNS = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
-#: measures derived exactly from a stored one: name → (source, factor)
-DERIVED_MEASURES = {"attnres_w": ("attn_w", 0.5)}
-#: the measures written to disk (detail lists, statistics, histograms)
-STORED_MEASURES = tuple(m for m in MEASURE_COLUMNS if m not in DERIVED_MEASURES)
+from mixscope.measures import (  # noqa: F401  (re-exported: the schema's measures)
+    DERIVED_MEASURES,
+    MEASURE_COLUMNS,
+    PAIR_MEASURES,
+    STORED_MEASURES,
+)
 
 #: token categories, stored as int8 codes (their index here)
 CATEGORIES = ("normal", "mask", "cls", "sep", "other_special")

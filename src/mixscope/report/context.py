@@ -1,0 +1,142 @@
+"""The state every report section works on: the runs, the views connection, the figures.
+
+Sections are plain functions of a :class:`Report` (report/tables.py, layers.py, frequency.py,
+trend.py, comparison.py, contributions.py), so ``build_report`` renders them into a page
+and ``Results.plot`` (report/figures.py) takes the very same figures unrendered.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mixscope.errors import MixscopeError
+from mixscope.report import data
+from mixscope.report import html as H
+
+#: section id → heading (every report has all of them, with a note where there is nothing)
+SECTIONS = {
+    "runs": "Runs",
+    "summary": "Summary: mean mixing ratio per measure",
+    "layers": "Per-layer mixing ratio",
+    "token-types": "Token types by layer",
+    "frequency": "Frequency rank and mixing ratio",
+    "trend": "Checkpoint trend",
+    "compare": "Comparison of two runs",
+    "contributions": "Contribution maps of an example sequence",
+}
+
+
+@dataclass
+class Plot:
+    section: str
+    name: str  # file stem in --format png
+    title: str
+    png: bytes
+
+
+def pct(x: float | None) -> H.Cell:
+    """A ratio as a percentage cell (sortable by its value); empty for NULL."""
+    if x is None:
+        return H.Cell("")
+    return H.Cell(f"{100 * x:.2f}", value=float(x), numeric=True)
+
+
+def slug(text: str) -> str:
+    """``text`` as a file-name stem (PNG names)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "run"
+
+
+def label(run: dict[str, Any]) -> str:
+    """A run in titles: its name, step when it has one, and id."""
+    parts = [run.get("name") or "run"]
+    if run.get("step") is not None:
+        parts.append(f"step {run['step']}")
+    parts.append(f"run {run['run_id']}")
+    return " · ".join(parts)
+
+
+def select_runs(root: str, run_ids: list[str] | None) -> list[dict[str, Any]]:
+    """The run records to report on, oldest first; clear errors for empty or unknown."""
+    from mixscope.store.layout import Layout
+    from mixscope.store.runs import list_runs
+
+    if "://" not in root and not Path(root).is_dir():
+        raise MixscopeError(f"results root {root} does not exist")
+    layout = Layout.open(root)
+    records = list_runs(layout)
+    if not records:
+        raise MixscopeError(f"no runs in {root} (run a job with `mixscope run` first)")
+    known = [r["run_id"] for r in records]
+    if run_ids:
+        unknown = [r for r in run_ids if r not in known]
+        if unknown:
+            raise MixscopeError(f"unknown run {unknown[0]!r} in {root}; runs: {', '.join(known)}")
+        records = [r for r in records if r["run_id"] in run_ids]
+    return records
+
+
+class Report:
+    """The report's sections over ``records``. ``con``: a views connection to reuse (it may
+    see more runs; only ``records`` are shown). ``render=False`` keeps each figure as the
+    matplotlib object in ``figures`` instead of rendering it (``Results.plot``)."""
+
+    def __init__(
+        self,
+        root: str,
+        records: list[dict[str, Any]],
+        reference: str | None,
+        *,
+        con: Any = None,
+        render: bool = True,
+    ):
+        from mixscope.sql.views import connect
+
+        self.root = root
+        self.reference = reference
+        self.render = render
+        self.figures: list[tuple[str, Any]] = []  # (section, Figure) when not rendering
+        self.records = {r["run_id"]: r for r in records}
+        self.con = con if con is not None else connect(root, run_ids=list(self.records))
+        present = data.runs_with_rows(self.con)
+        self.with_detail = data.runs_with_detail(self.con)
+        self.runs = [
+            r for r in data.runs(self.con) if r["run_id"] in present and r["run_id"] in self.records
+        ]
+        if not self.runs:
+            raise MixscopeError(
+                f"no committed results in {root} for runs {', '.join(self.records)}"
+            )
+        self.plots: list[Plot] = []
+        self.sections = {k: H.Section(k, v) for k, v in SECTIONS.items()}
+
+    def plot(
+        self,
+        section: str,
+        name: str,
+        title: str,
+        fig: Any,
+        caption: str | None = None,
+        add: bool = True,
+    ) -> str:
+        """Render ``fig``; its HTML fragment is added to the section unless ``add=False``."""
+        from mixscope.report.plots import to_png
+
+        if not self.render:
+            self.figures.append((section, fig))
+            return ""
+        png = to_png(fig)
+        self.plots.append(Plot(section, name, title, png))
+        fragment = H.figure(png, title, caption)
+        if add:
+            self.sections[section].add(fragment)
+        return fragment
+
+    def by_run(self, table: data.Rows) -> dict[str, data.Rows]:
+        """Rows per run, in the report's run order."""
+        out: dict[str, data.Rows] = {r["run_id"]: [] for r in self.runs}
+        for r in table:
+            out.setdefault(r["run_id"], []).append(r)
+        return out
