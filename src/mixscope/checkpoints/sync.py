@@ -16,13 +16,13 @@ from typing import Any
 
 from mixscope.checkpoints.complete import incomplete_reason
 from mixscope.checkpoints.discover import Candidate, discover
-from mixscope.checkpoints.lease import Lease
 from mixscope.checkpoints.state import CheckpointState, checkpoint_id
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import plan_corpus
 from mixscope.errors import MixscopeError, one_line
 from mixscope.models.fingerprint import model_identity
 from mixscope.store.layout import Layout
+from mixscope.store.lease import Lease
 from mixscope.store.runs import identity_options, read_run, run_id_for
 
 

@@ -23,12 +23,12 @@ import pyarrow as pa
 
 from mixscope.errors import MixscopeError
 from mixscope.sql.macros import create_macros
-from mixscope.sql.runs_table import create_runs_table, detail_mode
+from mixscope.sql.runs_table import create_runs_table
 from mixscope.stats import consolidate as consolidation
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
 from mixscope.store.references import reference_files
-from mixscope.store.runs import list_runs
+from mixscope.store.runs import load_runs
 from mixscope.store.schema import (
     DERIVED_MEASURES,
     MEASURE_COLUMNS,
@@ -233,8 +233,8 @@ def connect(
         con.execute(f"SET threads = {int(threads)}")
     if memory_limit:
         con.execute(f"SET memory_limit = {_quote(memory_limit)}")
-    runs = [r for r in list_runs(layout) if run_ids is None or r["run_id"] in run_ids]
-    _refuse_damaged(layout, [r["run_id"] for r in runs])
+    runs = [r for r in load_runs(layout) if run_ids is None or r.run_id in run_ids]
+    _refuse_damaged(layout, [r.run_id for r in runs])
     stats = consolidation.sources(layout, run_ids)
     for files in stats.values():  # as DuckDB names them (s3://… on S3 roots)
         files.consolidated = [layout.uri(p) for p in files.consolidated]
@@ -242,7 +242,7 @@ def connect(
     detail = [layout.uri(p) for p in manifest.committed_files(layout, "tokens", run_ids)]
     missing = None
     if not detail and runs:
-        modes = sorted({detail_mode(r) for r in runs})
+        modes = sorted({r.detail for r in runs})
         missing = (
             f"no per-token rows: the selected runs were written with output.detail="
             f"{'/'.join(modes)}; the statistics views (layer_stats, token_stats, …) and "
