@@ -81,18 +81,27 @@ def check_max_length(wanted: int | None, limit: int) -> int:
     return wanted
 
 
-def resolved_max_length(spec: str, wanted: int | None, *, revision: str | None = None) -> int:
-    """The sequence length a job on ``spec`` will use, without loading weights (config and
-    tokenizer only): what the run identity hashes, so ``None`` and the model's own limit
-    name the same run."""
+def load_tokenizer(spec: str, *, revision: str | None = None) -> Any:
+    """The tokenizer of the model ``spec`` names, without its weights (a shard worker
+    tokenizes its first shard with it while the weights load), or a one-line error."""
     from transformers import AutoTokenizer
 
-    config = load_config(spec, revision=revision)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(resolve_source(spec), revision=revision)
+        return AutoTokenizer.from_pretrained(resolve_source(spec), revision=revision)
     except (OSError, ValueError) as exc:
         first = first_line(exc) or type(exc).__name__
         raise MixscopeError(f"could not load the tokenizer of {spec!r}: {first}") from exc
+
+
+def resolved_max_length(
+    spec: str, wanted: int | None, *, revision: str | None = None, tokenizer: Any = None
+) -> int:
+    """The sequence length a job on ``spec`` will use, without loading weights (config and
+    tokenizer only): what the run identity hashes, so ``None`` and the model's own limit
+    name the same run. ``tokenizer``: one already loaded (else it is loaded here)."""
+    config = load_config(spec, revision=revision)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(spec, revision=revision)
     return check_max_length(wanted, position_limit(config, adapter_for_config(config), tokenizer))
 
 
@@ -173,19 +182,21 @@ def load(
     revision: str | None = None,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
+    tokenizer: Any = None,
 ) -> LoadedModel:
     """Load ``model`` (directory, hub id, or ``(model, tokenizer)``) onto ``device``.
 
     Loaded objects are used as they are (moved to ``device``; cast only if ``dtype`` is
     given); a path or hub id is loaded with eager attention, which the decomposition
-    needs because it reads the attention weights.
+    needs because it reads the attention weights. ``tokenizer``: the path's tokenizer,
+    already loaded (``load_tokenizer``), so only the weights load here.
     """
     torch_dtype = resolve_dtype(dtype)
     dev = resolve_device(device)
     if isinstance(model, tuple | list):
         if len(model) != 2:
             raise MixscopeError("model must be a path, a hub id, or a (model, tokenizer) pair")
-        hf_model, tokenizer = model
+        hf_model, tokenizer = model  # the pair's own tokenizer
         config = getattr(hf_model, "config", None)
         if config is None or not hasattr(config, "model_type"):
             raise MixscopeError(f"{type(hf_model).__name__} is not a transformers model")
@@ -207,7 +218,8 @@ def load(
 
     adapter = adapter_for_config(config)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
         hf_model = AutoModel.from_pretrained(
             source, revision=revision, attn_implementation="eager", dtype=torch_dtype
         )

@@ -19,18 +19,41 @@ nodes: new room → new actors (up to the want); a node no longer alive → its 
 gone and it is reported lost; once the queue is empty, idle actors beyond ``min_workers``
 (and one spare while shards still run, for a retry) are released, so a finished tail
 gives its GPUs back to the autoscaler.
+
+**The first shard travels with the actor.** Each actor is created with the shard at the
+head of the queue reserved for it (``Actor.first``, a constructor argument), so its worker
+reads and tokenizes that shard while its model loads (``worker.py``) instead of after the
+readiness reply; the reply then gets it that shard at once. Why reserve at creation and
+not submit ``process`` behind ``startup()``: the model still loads in the constructor, so
+readiness, and a model that cannot load (``started``: the job fails once, no shard's
+retries used), mean what they meant; and a reserved shard is not an attempt — an actor
+that dies or is dropped before it is ready hands its shard back to the head of the queue
+with its attempt count unchanged, and a ready actor left without work takes the
+reservation of one still loading (``next_shard``), so a slow start never holds a shard
+back from an idle actor. ``OVERLAP_FIRST_SHARD = False`` is the start-up before this
+(no reservation: a benchmark knob, ``benchmarks/startup.py``).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mixscope.runtime.node_health import NodeHealth
 
+if TYPE_CHECKING:  # pragma: no cover
+    from mixscope.corpus.plan import Shard
+
 #: seconds between polls of the cluster's nodes while shards run
 POLL = 1.0
+#: benchmark knob (benchmarks/startup.py): False creates actors without a first shard, so
+#: reading and tokenizing start only after the model loaded (the start-up before overlap)
+OVERLAP_FIRST_SHARD = True
+
+#: a queued shard and the attempt it will be
+Item = tuple["Shard", int]
 
 
 @dataclass
@@ -42,6 +65,7 @@ class Actor:
     info: dict[str, Any] = field(default_factory=dict)
     state: str = "starting"  # starting | idle | busy | released | dead
     shard: int | None = None
+    first: Item | None = None  # reserved at creation, prefetched while the model loads
     shard_started: float | None = None
     last_end: float | None = None  # when its last shard ended
     shards: int = 0
@@ -57,7 +81,7 @@ class Actor:
             "host": self.info.get("host", ""),
             "pid": self.info.get("pid", ""),
             "state": self.state,
-            "shard": "" if self.shard is None else self.shard,
+            "shard": self._shard_text(),
             "shards": self.shards,
             "tokens": self.tokens,
             "tok/s": round(rate),
@@ -65,6 +89,11 @@ class Actor:
             "load_s": self.info.get("load_seconds", ""),
             "error": self.error,
         }
+
+    def _shard_text(self) -> str | int:
+        if self.shard is not None:
+            return self.shard
+        return "" if self.first is None else f"{self.first[0].shard_id} (reserved)"
 
 
 class ActorPool:
@@ -78,8 +107,10 @@ class ActorPool:
         health: NodeHealth,
         min_workers: int,
         max_workers: int,
+        queue: deque[Item] | None = None,
     ) -> None:
         self.ray, self.actor_cls, self.options, self.args = ray, actor_cls, options, args
+        self.queue: deque[Item] = deque() if queue is None else queue  # the executor's
         self.bundle = {k: v for k, v in bundle.items() if v > 0}
         self.health = health
         self.min_workers, self.max_workers = min_workers, max_workers
@@ -89,6 +120,7 @@ class ActorPool:
         self.nodes: dict[str, dict[str, Any]] = {}  # node id → {alive, resources, ...}
         self.last_poll = 0.0
         self.ever_ready = False
+        self.first_done: float | None = None  # when the job's first shard ended
 
     # -- the cluster ------------------------------------------------------------------
     def _available(self) -> dict[str, dict[str, float]]:
@@ -142,15 +174,19 @@ class ActorPool:
     def _create(self, node: str) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        first = self.queue.popleft() if OVERLAP_FIRST_SHARD and self.queue else None
         handle = self.actor_cls.options(
             **self.options, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-        ).remote(*self.args)
-        actor = Actor(handle, node, time.time())
+        ).remote(*self.args, None if first is None else first[0].__dict__)
+        actor = Actor(handle, node, time.time(), first=first)
         self.actors.append(actor)
         self.starting[handle.startup.remote()] = actor
 
     def _drop(self, actor: Actor, state: str, error: str = "") -> None:
         actor.state, actor.error, actor.shard = state, error, None
+        if actor.first is not None:  # not an attempt: back to the head, attempt unchanged
+            self.queue.appendleft(actor.first)
+            actor.first = None
         for ref, a in list(self.starting.items()):
             if a is actor:
                 del self.starting[ref]
@@ -179,6 +215,25 @@ class ActorPool:
         self.ever_ready = True
         return actor
 
+    def reserved(self) -> int:
+        """Shards reserved by actors not yet given them (neither queued nor in flight)."""
+        return sum(1 for a in self.live() if a.first is not None)
+
+    def next_shard(self, actor: Actor) -> Item | None:
+        """The shard for this ready actor: its reservation, else the queue's head, else the
+        reservation of an actor still starting (prefetched there in vain, but no shard
+        waits on a model load while an actor is idle)."""
+        if actor.first is not None:
+            item, actor.first = actor.first, None
+            return item
+        if self.queue:
+            return self.queue.popleft()
+        for other in self.starting.values():
+            if other.first is not None:
+                item, other.first = other.first, None
+                return item
+        return None
+
     def died(self, actor: Actor, why: str) -> None:
         """An actor's task ended in its death: charge its node, forget the actor."""
         self._drop(actor, "dead", why)
@@ -190,6 +245,7 @@ class ActorPool:
         actor.tokens += tokens
         actor.shards += 1
         actor.state, actor.shard, actor.last_end = "idle", None, now
+        self.first_done = self.first_done or now
         self.health.succeeded(actor.node)
 
     def usable(self, actor: Actor) -> bool:
@@ -201,11 +257,12 @@ class ActorPool:
 
     # -- size and demand --------------------------------------------------------------
     def reconcile(self, want: int, queue_empty: bool, force: bool = False) -> None:
-        """Grow towards ``want`` actors where room is, state the demand, release extras."""
+        """Grow towards ``want`` actors (shards in flight + queued; reserved ones are added
+        here) where room is, state the demand, release extras."""
         if not force and time.time() - self.last_poll < POLL:
             return
         self.poll_nodes()
-        want = min(want, self.max_workers)
+        want = min(want + self.reserved(), self.max_workers)  # reserved: neither queued nor run
         have = len(self.live())
         if have < want:
             free = self._available()
@@ -225,6 +282,8 @@ class ActorPool:
             for a in self.idle():
                 if extra <= 0:
                     break
+                if a.first is not None:  # ready a moment ago: its shard comes next
+                    continue
                 self._drop(a, "released")
                 extra -= 1
 

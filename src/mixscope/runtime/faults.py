@@ -9,6 +9,8 @@
   retry storm); a marker file per shard in ``dir`` remembers which have failed.
 - ``{"slow": {"seconds": 1.0}}``: every shard takes at least this long (a sleep; results
   unchanged), so a test can change the cluster while a job runs.
+- ``{"slow_load": {"seconds": 1.0}}``: a worker's model load takes at least this long (a
+  sleep before the weights load: a slow disk or hub), so a test sees what overlaps it.
 - ``{"crash_before_commit": {"shard": 0, "once": "/tmp/m"}}``: the driver dies after the
   shard's files are written and renamed but before its commit record.
 - ``{"kill_where": {"env": "NODE_TAG", "value": "n2"}}``: every shard attempt dies in the
@@ -98,6 +100,14 @@ def maybe_slow() -> None:
     raw = os.environ.get(ENV)
     slow = json.loads(raw).get("slow") if raw else None
     if slow:
+        import time
+
+        time.sleep(float(slow.get("seconds", 1.0)))
+
+
+def maybe_slow_load() -> None:
+    slow = _spec("slow_load")
+    if isinstance(slow, dict):
         import time
 
         time.sleep(float(slow.get("seconds", 1.0)))

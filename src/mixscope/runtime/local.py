@@ -23,7 +23,8 @@ class LocalExecutor:
         self.policy = RetryPolicy.from_spec(spec)
 
     def run(self, shards: Sequence[Shard]) -> Iterator[ShardEvent]:
-        worker = ShardWorker(self.spec, self.run_id)
+        # the first shard is read and tokenized while the model loads (worker.py)
+        worker = ShardWorker(self.spec, self.run_id, shards[0] if shards else None)
         try:
             yield from self._run(worker, shards)
         finally:

@@ -1,9 +1,11 @@
 """What the actor pool is doing, for ``mixscope status --actors``: ``runs/<run>/actors.json``.
 
 Per actor: its node, state (starting, idle, busy, released, dead), the shard it works on,
-shards and tokens done, tokens/s over its busy time, its start-up and model-load seconds.
-Per node: alive or lost (and why), its actors. Per job: how long Ray took to start and,
-once the job ends, the actor-seconds left idle at its end (the tail). Written atomically
+shards and tokens done, tokens/s over its busy time, its start-up and model-load seconds
+(a starting actor shows the shard reserved for it, ``actor_pool.py``).
+Per node: alive or lost (and why), its actors. Per job: how long Ray took to start, when
+the first actor was ready and the first shard done and, once the job ends, the
+actor-seconds left idle at its end (the tail). Written atomically
 (``Layout.write_json``: temporary name, then rename) at most every ``EVERY`` seconds and
 at the end, by the driver's process only; readers never see half a file.
 """
@@ -58,15 +60,22 @@ class PoolStatus:
                 }
             )
         ready = [a.ready_at - a.created for a in pool.actors if a.ready_at]
+        ready_at = [a.ready_at for a in pool.actors if a.ready_at]
         return {
             **self.summary,
             "updated_at": time.time(),
             "requested_bundles": pool.requested,
             "first_actor_ready_s": round(min(ready), 3) if ready else None,
+            # from the pool's start: the first readiness reply, the first shard's end
+            "first_ready_at_s": self._since(min(ready_at) if ready_at else None),
+            "first_shard_done_at_s": self._since(pool.first_done),
             "actors": actors,
             "nodes": nodes,
             "lost_nodes": sorted(pool.health.lost),
         }
+
+    def _since(self, t: float | None) -> float | None:
+        return None if t is None else round(t - self.started, 3)
 
     def write(self, force: bool = False) -> None:
         if not force and time.time() - self.last < EVERY:

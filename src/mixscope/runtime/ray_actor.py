@@ -19,11 +19,17 @@ from typing import Any
 class RayShardWorker:
     """``ShardWorker``'s actor methods, after setting ``env`` in this process."""
 
-    def __init__(self, env: dict[str, str], spec: dict[str, Any], run_id: str) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        spec: dict[str, Any],
+        run_id: str,
+        first: dict[str, Any] | None = None,
+    ) -> None:
         os.environ.update(env)
         from mixscope.runtime.worker import ShardWorker
 
-        self.worker = ShardWorker(spec, run_id)
+        self.worker = ShardWorker(spec, run_id, first)  # ``first``: read while the model loads
 
     def startup(self) -> dict[str, Any]:
         return self.worker.startup()

@@ -7,11 +7,13 @@ never waits forever for a resource that does not exist. The pool (``actor_pool.p
 starts what fits, asks the autoscaler for up to ``max_workers`` with
 ``request_resources`` (why that and not pending actors: see there), adds actors as nodes
 join, and releases the demand when the remaining shards no longer need it. Shards go
-out largest first (``scheduling.py``). A shard whose actor dies — its process or its
-whole node — is retried on a survivor; a shard that raises is retried; both as the
-``RetryPolicy`` allows (``runtime.max_retries``), then reported failed while the rest
-goes on. Nothing is committed here (the driver commits, once per shard). A node whose
-actors keep dying is backed off, then given up and reported (``node_health.py``).
+out largest first (``scheduling.py``); each actor is created with its first shard, which
+it reads and tokenizes while its model loads (``actor_pool.py`` says why this way). A
+shard whose actor dies — its process or its whole node — is retried on a survivor; a
+shard that raises is retried; both as the ``RetryPolicy`` allows
+(``runtime.max_retries``), then reported failed while the rest goes on. Nothing is
+committed here (the driver commits, once per shard). A node whose actors keep dying is
+backed off, then given up and reported (``node_health.py``).
 What each actor and node does is written to ``runs/<run>/actors.json``
 (``pool_status.py``; ``mixscope status --actors``).
 """
@@ -171,20 +173,24 @@ class RayExecutor:
             self.health,
             min(self.min_workers, len(shards)),
             self.max_workers,
+            queue,
         )
         status = PoolStatus(self.spec.out, self.run_id, pool, self.ray_start_seconds)
         in_flight: dict[Any, tuple[Actor, Shard, int]] = {}
         try:
-            self._start(pool, len(queue))
+            self._start(pool, queue)
             status.write(force=True)
             without_actors = None  # since when no actor lives or starts
-            while queue or in_flight:
+            while queue or in_flight or pool.reserved():
                 for actor in pool.idle():
-                    if not queue:
+                    if not queue and not pool.reserved():
                         break
                     if not pool.usable(actor):
                         continue
-                    shard, attempt = queue.popleft()
+                    item = pool.next_shard(actor)
+                    if item is None:
+                        break
+                    shard, attempt = item
                     actor.state, actor.shard, actor.shard_started = (
                         "busy",
                         shard.shard_id,
@@ -220,12 +226,12 @@ class RayExecutor:
                 pass
             status.write(force=True)
 
-    def _start(self, pool: ActorPool, n_shards: int) -> None:
+    def _start(self, pool: ActorPool, queue: deque[tuple[Shard, int]]) -> None:
         """Start what fits; wait for ``min_workers`` ready (at most min_workers_timeout)."""
         deadline = time.time() + self.spec.runtime.min_workers_timeout
         need = max(1, pool.min_workers)
         while True:
-            pool.reconcile(n_shards, queue_empty=False, force=True)
+            pool.reconcile(len(queue), queue_empty=False, force=True)
             ready = len([a for a in pool.live() if a.state != "starting"])
             if ready >= need or (ready >= 1 and time.time() > deadline):
                 if ready < need:

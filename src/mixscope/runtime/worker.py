@@ -3,6 +3,18 @@
 It knows nothing of Ray: the local executor calls it in-process, the Ray executor wraps it
 in an actor. It writes each shard's files (temporary name, then rename) and returns their
 description; committing is the driver's job, so a worker that dies leaves nothing visible.
+
+**Start-up overlap.** A worker can be built with the shard it will be given first
+(``first``; the actor pool reserves one per actor it creates, the local executor passes
+its first): the tokenizer loads before the weights, then the first shard is read and its
+first chunk tokenized on the tokenizing thread while the constructor loads the weights.
+Why the weights load in the constructor and not in a background thread: the constructor
+still returns only with the model loaded, so its return is the pool's readiness reply and
+its failure is the actor's init failure — a model that cannot load fails the job once
+(``ActorPool.started``), never as a shard failure that would use up retries on every node.
+An error reading that first shard stays the shard's: it is kept in its future and raised
+by ``process``, where it was raised before. ``first`` is a hint: a worker handed another
+shard first drops what it prefetched. Start-up events are kept in ``timeline``.
 """
 
 from __future__ import annotations
@@ -10,7 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from mixscope.config import JobSpec, build_spec
@@ -18,25 +30,59 @@ from mixscope.corpus.encode import EncodedSequence, encode_documents
 from mixscope.corpus.plan import Document, Shard, read_shard
 from mixscope.mixing.batches import run_batches
 from mixscope.mixing.engine import MixingEngine
-from mixscope.models.loading import load
+from mixscope.models.loading import load, load_tokenizer, resolved_max_length
 from mixscope.runtime import faults
 from mixscope.runtime.results import ShardResults
 from mixscope.stats.block import Vocabulary
 from mixscope.store.layout import Layout
 
 
+def _as_shard(shard: dict[str, Any] | Shard) -> Shard:
+    return shard if isinstance(shard, Shard) else Shard(**shard)
+
+
 class ShardWorker:
     """Loads the model once; ``process(shard)`` analyses one shard and writes its files."""
 
-    def __init__(self, spec: dict[str, Any] | JobSpec, run_id: str) -> None:
+    def __init__(
+        self,
+        spec: dict[str, Any] | JobSpec,
+        run_id: str,
+        first: dict[str, Any] | Shard | None = None,
+    ) -> None:
         self.spec = spec if isinstance(spec, JobSpec) else build_spec(spec)
         self.run_id = run_id
         r, a = self.spec.runtime, self.spec.analysis
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one bar per actor per load is noise in job logs
+        self.timeline: dict[str, float] = {}  # start-up events (time.time()): tests, benchmarks
         loading = time.time()
-        self.loaded = load(self.spec.model, revision=a.revision, dtype=a.dtype, device=r.device)
+        self.layout = Layout.open(self.spec.out)
+        self.tokenizer = load_tokenizer(self.spec.model, revision=a.revision)
+        self.max_length = resolved_max_length(
+            self.spec.model, a.max_length, revision=a.revision, tokenizer=self.tokenizer
+        )
+        self._prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+        # the first shard, read and its first chunk tokenized while the weights load
+        self._early: tuple[int, Future[tuple[list[Document], list[EncodedSequence]]]] | None
+        self._early = None
+        if first is not None:
+            hint = _as_shard(first)
+            self._early = (hint.shard_id, self._prefetch.submit(self._prefetch_first, hint))
+        try:
+            faults.maybe_slow_load()
+            self.loaded = load(
+                self.spec.model,
+                revision=a.revision,
+                dtype=a.dtype,
+                device=r.device,
+                tokenizer=self.tokenizer,
+            )
+        except BaseException:
+            self._prefetch.shutdown(wait=False, cancel_futures=True)
+            raise
+        self.timeline["model_loaded"] = time.time()
         device = next(self.loaded.model.parameters()).device
         if device.type == "cpu":
             import torch
@@ -45,10 +91,7 @@ class ShardWorker:
         self.device = str(device)
         self.load_seconds = round(time.time() - loading, 3)  # start-up cost (benchmarks/elastic.py)
         self.engine = MixingEngine(self.loaded, verify=r.verify, attention=a.attention)
-        self.max_length = self.loaded.resolve_max_length(self.spec.analysis.max_length)
-        self.layout = Layout.open(self.spec.out)
-        self.vocab = Vocabulary(self.loaded.tokenizer)
-        self._prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+        self.vocab = Vocabulary(self.tokenizer)
         # statistics, detail rows and Parquet encoding, one chunk behind the model
         self._host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results")
 
@@ -61,13 +104,19 @@ class ShardWorker:
         return {"host": socket.gethostname(), "pid": os.getpid(), "device": self.device}
 
     def startup(self) -> dict[str, Any]:
-        """``info`` and how long the model took to load (the pool's readiness call)."""
-        return {**self.info(), "load_seconds": self.load_seconds}
+        """``info``, how long the model took to load, the shard prefetched while it loaded
+        and the start-up events so far (the pool's readiness call)."""
+        return {
+            **self.info(),
+            "load_seconds": self.load_seconds,
+            "first_shard": None if self._early is None else self._early[0],
+            "timeline": dict(self.timeline),
+        }
 
     def _encode(self, docs: list[Document]) -> list[EncodedSequence]:
         a = self.spec.analysis
         return encode_documents(
-            self.loaded.tokenizer,
+            self.tokenizer,
             [d.text for d in docs],
             max_length=self.max_length,
             mask_rate=a.mask_rate,
@@ -76,23 +125,50 @@ class ShardWorker:
             mask_count=a.mask_count,
         )
 
+    def _chunks(self, docs: list[Document]) -> list[list[Document]]:
+        chunk = max(64, 4 * self.spec.runtime.batch_size)
+        return [docs[i : i + chunk] for i in range(0, len(docs), chunk)]
+
+    def _read(self, shard: Shard) -> tuple[list[Document], list[EncodedSequence]]:
+        """The shard's documents and its first chunk, tokenized."""
+        docs = read_shard(shard, self.spec.corpus)
+        chunks = self._chunks(docs)
+        return docs, self._encode(chunks[0]) if chunks else []
+
+    def _prefetch_first(self, shard: Shard) -> tuple[list[Document], list[EncodedSequence]]:
+        self.timeline["first_started"] = time.time()
+        out = self._read(shard)
+        self.timeline["first_encoded"] = time.time()
+        return out
+
+    def _first(self, shard: Shard) -> tuple[list[Document], list[EncodedSequence]]:
+        """What ``_read`` gives: prefetched during the load when this is the hinted shard."""
+        early, self._early = self._early, None
+        if early is not None:
+            if early[0] == shard.shard_id:
+                return early[1].result()  # its reading error, if any, is this shard's
+            early[1].cancel()  # another shard came first: the hint is dropped
+        return self._read(shard)
+
     def process(self, shard: dict[str, Any] | Shard) -> dict[str, Any]:
-        shard = shard if isinstance(shard, Shard) else Shard(**shard)
+        shard = _as_shard(shard)
         started = time.time()
         faults.maybe_fail(shard.shard_id)
         faults.maybe_slow()
-        docs = read_shard(shard, self.spec.corpus)
+        docs, first = self._first(shard)
         # tokenize the next chunk while the model runs on this one
-        chunk = max(64, 4 * self.spec.runtime.batch_size)
-        chunks = [docs[i : i + chunk] for i in range(0, len(docs), chunk)]
+        chunks = self._chunks(docs)
         results = ShardResults(
             self.layout, self.run_id, shard.shard_id, self.vocab, self.spec.output, self._host
         )
         sequences = 0
-        pending = self._prefetch.submit(self._encode, chunks[0]) if chunks else None
+        pending: Future[list[EncodedSequence]] | None = None
         for k in range(len(chunks)):
-            assert pending is not None
-            encoded = pending.result()
+            if k == 0:
+                encoded = first
+            else:
+                assert pending is not None
+                encoded = pending.result()
             if k + 1 < len(chunks):
                 pending = self._prefetch.submit(self._encode, chunks[k + 1])
             out = run_batches(
