@@ -90,3 +90,48 @@ def fmt_row(cells: list[str], widths: list[int]) -> str:
 def rule(widths: list[int]) -> str:
     """The dashes under a :func:`fmt_row` header."""
     return "-" * (sum(widths) + 2 * (len(widths) - 1))
+
+
+def timed_job(corpus: list[str], out: Path, **overrides: Any) -> dict[str, float]:
+    """Run a MiniLM job (``output.detail: none``, 2 workers) and time it, phase by phase.
+
+    ``overrides`` are spec keys with ``.`` spelt ``__`` (``runtime__executor="local"``).
+    Returns the job's wall seconds and, for a Ray job, the pool's phases from its
+    ``actors.json`` (runtime/pool_status.py): first actor ready, median model load, pool
+    seconds (from the pool's start), the shard phase (pool less first ready), the rest of the
+    wall (planning, commits, run record), the idle tail and the Ray start the pool saw.
+    """
+    import statistics
+
+    from mixscope.config import load_spec
+    from mixscope.runtime.driver import run_job
+    from mixscope.runtime.pool_status import read_pool_status
+
+    keys = {
+        "model": str(minilm_path()),
+        "corpus.paths": corpus,
+        "out": str(out),
+        "runtime.workers": 2,
+        "analysis.max_length": 128,
+        "output.detail": "none",
+    }
+    keys.update({k.replace("__", "."): v for k, v in overrides.items()})
+    spec = load_spec(None, keys)
+    t0 = time.time()
+    summary = run_job(spec, show_progress=False)
+    wall = time.time() - t0
+    assert summary.status == "complete", summary
+    row = {"wall": wall}
+    state = read_pool_status(str(out), summary.run_id)
+    if state:  # a Ray job
+        load = [float(a["load_s"]) for a in state.get("actors", []) if a.get("load_s") != ""]
+        row.update(
+            first_ready=float(state["first_actor_ready_s"]),
+            load=statistics.median(load) if load else 0.0,
+            pool=float(state["seconds"]),
+            tail=float(state["tail_idle_actor_s"]),
+            ray_start=float(state["ray_start_s"]),
+        )
+        row["shards"] = row["pool"] - row["first_ready"]
+        row["other"] = wall - row["pool"]
+    return row

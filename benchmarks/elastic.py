@@ -31,7 +31,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from common import minilm_path, wikitext_path
+from common import timed_job, wikitext_path
 
 
 def make_corpus(folder: Path, files: int, docs: int) -> list[str]:
@@ -52,37 +52,9 @@ def make_corpus(folder: Path, files: int, docs: int) -> list[str]:
 
 
 def run_once(corpus: list[str], order: str, out: Path, docs_per_shard: int) -> dict:
-    from mixscope.config import load_spec
-    from mixscope.runtime.driver import run_job
-    from mixscope.runtime.pool_status import read_pool_status
-
-    spec = load_spec(
-        None,
-        {
-            "model": str(minilm_path()),
-            "corpus.paths": corpus,
-            "out": str(out),
-            "runtime.workers": 2,
-            "runtime.docs_per_shard": docs_per_shard,
-            "runtime.shard_order": order,
-            "analysis.max_length": 128,
-            "output.detail": "none",
-        },
+    return timed_job(
+        corpus, out, runtime__docs_per_shard=docs_per_shard, runtime__shard_order=order
     )
-    t0 = time.time()
-    summary = run_job(spec, show_progress=False)
-    wall = time.time() - t0
-    assert summary.status == "complete", summary
-    state = read_pool_status(str(out), summary.run_id) or {}
-    load = [a["load_s"] for a in state.get("actors", []) if a.get("load_s") != ""]
-    return {
-        "wall": wall,
-        "tail": float(state["tail_idle_actor_s"]),
-        "pool": float(state["seconds"]),
-        "ray_start": float(state["ray_start_s"]),
-        "first_ready": float(state["first_actor_ready_s"]),
-        "load": statistics.median(load) if load else 0.0,
-    }
 
 
 def main() -> None:

@@ -156,6 +156,7 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
     from mixscope.store.layout import Layout
     from mixscope.store.manifest import commit_shard
     from mixscope.store.records import CommitRecord
+    from mixscope.store.run_record import RunRecord
     from mixscope.store.runs import now, write_run
     from mixscope.store.schema import SCHEMA_VERSION
 
@@ -235,41 +236,44 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
     consolidate_s = time.perf_counter() - t0
     write_run(
         layout,
-        {
-            "run_id": run_id,
-            "name": "sql-benchmark",
-            "created_at": now(),
-            "invocations": [],
-            "model": {
-                "kind": "local",
-                "source": "synthetic",
-                "revision": None,
-                "fingerprint": run_id,
-                "step": 1000,
+        RunRecord.from_json(
+            {
+                "run_id": run_id,
+                "name": "sql-benchmark",
+                "created_at": now(),
+                "invocations": [],
+                "model": {
+                    "kind": "local",
+                    "source": "synthetic",
+                    "revision": None,
+                    "fingerprint": run_id,
+                    "step": 1000,
+                },
+                "step": 1000,  # a known step, so checkpoint_trend has a row per layer
+                "corpus": {
+                    "paths": ["synthetic.txt"],
+                    "files": ["synthetic.txt"],
+                    "fingerprint": "synthetic",
+                    "n_docs": n_seqs,
+                    "bad": {},
+                    "bad_examples": [],
+                },
+                "options": {
+                    "analysis": {"mask_rate": MASK_RATE},
+                    "output": {"detail": "full", "sample_rate": None, "precision": "float32"},
+                    "schema_version": SCHEMA_VERSION,
+                },
+                "spec": {"model": "synthetic", "name": "sql-benchmark"},
+                "status": "complete",
+                "shards_total": len(starts),
+                "shards_done": len(starts),
+                "shards_failed": 0,
+                "rows": total["rows"],
+                "tokens": total["tokens"],
+                "errors": {},
             },
-            "step": 1000,  # a known step, so checkpoint_trend has a row per layer
-            "corpus": {
-                "paths": ["synthetic.txt"],
-                "files": ["synthetic.txt"],
-                "fingerprint": "synthetic",
-                "n_docs": n_seqs,
-                "bad": {},
-                "bad_examples": [],
-            },
-            "options": {
-                "analysis": {"mask_rate": MASK_RATE},
-                "output": {"detail": "full", "sample_rate": None, "precision": "float32"},
-                "schema_version": SCHEMA_VERSION,
-            },
-            "spec": {"model": "synthetic", "name": "sql-benchmark"},
-            "status": "complete",
-            "shards_total": len(starts),
-            "shards_done": len(starts),
-            "shards_failed": 0,
-            "rows": total["rows"],
-            "tokens": total["tokens"],
-            "errors": {},
-        },
+            "synthetic run record",
+        ),
     )
     on_disk = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     return {

@@ -33,6 +33,7 @@ from mixscope.stats.consolidate import consolidate
 from mixscope.store.layout import Layout
 from mixscope.store.manifest import commit_shard
 from mixscope.store.records import CommitRecord
+from mixscope.store.run_record import RunRecord
 from mixscope.store.runs import now, write_run
 from mixscope.store.schema import MEASURE_COLUMNS, SCHEMA_VERSION
 
@@ -277,7 +278,7 @@ def write_synthetic_run(
         "tokens": tokens,
         "errors": {},
     }
-    write_run(layout, record)
+    write_run(layout, RunRecord.from_json(record, "synthetic run record"))
     return record
 
 

@@ -213,8 +213,9 @@ def test_fit_selection_end_to_end(tiny_bert_dir, tmp_path):
 
     from mixscope.report.context import Report
     from mixscope.report.tables import runs_section
+    from mixscope.store.run_record import RunRecord
 
-    rep = Report(str(out), [record], None)
+    rep = Report(str(out), [RunRecord.from_json(record, "run.json")], None)
     runs_section(rep)
     html = "\n".join(rep.sections["runs"].parts)
     assert "2 kept, 0 split, 3 skipped" in html

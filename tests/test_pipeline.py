@@ -203,7 +203,7 @@ def test_run_identity_hashes_the_resolved_max_length(tiny_bert_dir, tmp_path):
     )
     shorter = prepare(job_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": 32}), write=False)
     assert implicit.run_id == explicit.run_id != shorter.run_id
-    assert implicit.record["options"]["analysis"]["max_length"] == limit
+    assert implicit.record.options["analysis"]["max_length"] == limit
     with pytest.raises(MixscopeError, match=f"exceeds this model's limit of {limit} positions"):
         prepare(
             job_spec(tiny_bert_dir, tmp_path, **{"analysis.max_length": limit + 1}), write=False

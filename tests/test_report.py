@@ -222,10 +222,10 @@ def test_png_format_writes_one_file_per_plot(roots, tmp_path):
 def test_example_sequence_is_the_runs_first_document(roots):
     from mixscope.report.example import example_for
     from mixscope.store.layout import Layout
-    from mixscope.store.runs import read_run
+    from mixscope.store.runs import load_run
 
     run = roots["single_run"]
-    ex = example_for(str(roots["single"]), read_run(Layout.open(str(roots["single"])), run))
+    ex = example_for(str(roots["single"]), load_run(Layout.open(str(roots["single"])), run))
     assert ex.error is None and ex.doc_id == 0 and not ex.truncated
     stored = (
         connect(str(roots["single"]))
@@ -243,17 +243,18 @@ def test_example_sequence_is_the_runs_first_document(roots):
 
 
 def test_unloadable_model_is_a_note_not_a_failure(roots, tmp_path, monkeypatch):
+    from dataclasses import replace
+
     import mixscope.store.runs as runs
 
-    real = runs.list_runs
+    real = runs.load_runs
 
     def hub_model(layout):  # the run's model is a hub id that cannot be fetched offline
-        out = real(layout)
-        for r in out:
-            r["spec"]["model"] = "no-such-org/no-such-model"
-        return out
+        return [
+            replace(r, spec={**r.spec, "model": "no-such-org/no-such-model"}) for r in real(layout)
+        ]
 
-    monkeypatch.setattr(runs, "list_runs", hub_model)
+    monkeypatch.setattr(runs, "load_runs", hub_model)
     out = tmp_path / "r.html"
     result = _report(roots["single"], "-o", out)
     assert result.exit_code == 0, result.output
@@ -316,7 +317,7 @@ def test_a_bfloat16_run_is_reported_and_drawn_in_bfloat16(roots, tiny_bert_dir, 
     import mixscope
     from mixscope.report.example import example_for
     from mixscope.store.layout import Layout
-    from mixscope.store.runs import read_run
+    from mixscope.store.runs import load_run
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(LINES, encoding="utf-8")
@@ -342,7 +343,7 @@ def test_a_bfloat16_run_is_reported_and_drawn_in_bfloat16(roots, tiny_bert_dir, 
     row = re.search(rf"<tr>\s*<td>{run}</td>.*?</tr>", html.read_text(encoding="utf-8"), re.S)
     assert row is not None and "<td>bfloat16</td>" in row.group(0)
 
-    ex = example_for(str(out), read_run(Layout.open(str(out)), run))
+    ex = example_for(str(out), load_run(Layout.open(str(out)), run))
     assert ex.error is None
     text = LINES.splitlines()[0]
     ref = {

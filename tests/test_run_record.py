@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from mixscope.cli import main
 from mixscope.store.layout import CorruptRecordError, Layout
 from mixscope.store.run_record import RUN_FORMAT, RunRecord
-from mixscope.store.runs import list_runs, load_run, write_run
+from mixscope.store.runs import load_run, load_runs, write_run
 
 
 def _put(root, run_id, record):
@@ -28,13 +28,13 @@ def test_old_record_reads_as_format_0_and_keeps_unknown_keys(tmp_path):
     on_disk = json.loads((tmp_path / "_mixscope/runs/r1/run.json").read_text())
     assert on_disk["format"] == RUN_FORMAT == written.format
     assert on_disk["future"] == [1, 2] and on_disk["rows"] == 5 and on_disk["updated_at"]
-    assert list_runs(layout)[0]["future"] == [1, 2]
+    assert load_runs(layout)[0].extra["future"] == [1, 2]
 
 
 def test_a_record_without_run_id_is_damage_not_key_error(tmp_path):
     _put(tmp_path, "r1", {"status": "complete"})
     with pytest.raises(CorruptRecordError, match=r"_mixscope/runs/r1/run.json: no 'run_id'"):
-        list_runs(Layout.open(str(tmp_path)))
+        load_runs(Layout.open(str(tmp_path)))
     result = CliRunner().invoke(main, ["status", str(tmp_path)])
     assert result.exit_code == 1, result.output
     lines = result.output.strip().splitlines()

@@ -23,7 +23,7 @@ from mixscope.errors import MixscopeError, one_line
 from mixscope.models.fingerprint import model_identity
 from mixscope.store.layout import Layout
 from mixscope.store.lease import Lease
-from mixscope.store.runs import identity_options, read_run, run_id_for
+from mixscope.store.runs import identity_options, load_run, run_id_for
 
 
 @dataclass
@@ -107,8 +107,8 @@ def sync_pass(
             continue
         options = identity_options(base, max_length)
         run_id = run_id_for(identity["fingerprint"], plan.fingerprint, options)
-        record = read_run(layout, run_id)
-        if record is not None and record.get("status") == "complete":
+        record = load_run(layout, run_id)
+        if record is not None and record.status == "complete":
             report.outcomes.append(Outcome(c.key, c.step, "done", run_id))
             continue
         st = state.get(c.key)
@@ -126,12 +126,13 @@ def sync_pass(
 
         lease = Lease(state.lease_folder, checkpoint_id(c.key), ck.lease_seconds)
         if not lease.acquire():
-            holder = (lease.holder() or {}).get("owner", "?")
+            held_by = lease.holder_record()
+            holder = held_by.owner if held_by else "?"
             report.outcomes.append(Outcome(c.key, c.step, "running", run_id, f"leased by {holder}"))
             continue
         try:
-            record = read_run(layout, run_id)  # another process may have finished it meanwhile
-            if record is not None and record.get("status") == "complete":
+            record = load_run(layout, run_id)  # another process may have finished it meanwhile
+            if record is not None and record.status == "complete":
                 report.outcomes.append(Outcome(c.key, c.step, "done", run_id))
                 continue
             attempts = int(st.get("attempts", 0)) + 1
@@ -178,8 +179,8 @@ def list_checkpoints(root: str, source: str | None, base: JobSpec | None) -> lis
     rows: dict[str, dict[str, Any]] = {}
     for st in state.all():
         status = st.get("status", "")
-        lease = Lease(state.lease_folder, checkpoint_id(st["key"]), 1.0).holder()
-        if status == "running" and not (lease and lease.get("expires_at", 0) > time.time()):
+        lease = Lease(state.lease_folder, checkpoint_id(st["key"]), 1.0).holder_record()
+        if status == "running" and not (lease and not lease.expired):
             status = "interrupted"
         rows[st["key"]] = {
             "checkpoint": st["key"],
@@ -190,8 +191,8 @@ def list_checkpoints(root: str, source: str | None, base: JobSpec | None) -> lis
             "error": (st.get("last_error") or "") if status == "failed" else "",
         }
         if st.get("run_id"):
-            rec = read_run(layout, st["run_id"])
-            if rec is not None and rec.get("status") == "complete":
+            rec = load_run(layout, st["run_id"])
+            if rec is not None and rec.status == "complete":
                 rows[st["key"]]["status"] = "done"
     if source:
         ck_quiet = base.checkpoints.quiet_seconds if base else 60.0

@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mixscope.errors import MixscopeError
 from mixscope.report import data
 from mixscope.report import html as H
+
+if TYPE_CHECKING:
+    from mixscope.store.run_record import RunRecord
 
 #: section id → heading (every report has all of them, with a note where there is nothing)
 SECTIONS = {
@@ -58,23 +61,23 @@ def label(run: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def select_runs(root: str, run_ids: list[str] | None) -> list[dict[str, Any]]:
+def select_runs(root: str, run_ids: list[str] | None) -> list[RunRecord]:
     """The run records to report on, oldest first; clear errors for empty or unknown."""
     from mixscope.store.layout import Layout
-    from mixscope.store.runs import list_runs
+    from mixscope.store.runs import load_runs
 
     if "://" not in root and not Path(root).is_dir():
         raise MixscopeError(f"results root {root} does not exist")
     layout = Layout.open(root)
-    records = list_runs(layout)
+    records = load_runs(layout)
     if not records:
         raise MixscopeError(f"no runs in {root} (run a job with `mixscope run` first)")
-    known = [r["run_id"] for r in records]
+    known = [r.run_id for r in records]
     if run_ids:
         unknown = [r for r in run_ids if r not in known]
         if unknown:
             raise MixscopeError(f"unknown run {unknown[0]!r} in {root}; runs: {', '.join(known)}")
-        records = [r for r in records if r["run_id"] in run_ids]
+        records = [r for r in records if r.run_id in run_ids]
     return records
 
 
@@ -86,7 +89,7 @@ class Report:
     def __init__(
         self,
         root: str,
-        records: list[dict[str, Any]],
+        records: list[RunRecord],
         reference: str | None,
         *,
         con: Any = None,
@@ -98,7 +101,7 @@ class Report:
         self.reference = reference
         self.render = render
         self.figures: list[tuple[str, Any]] = []  # (section, Figure) when not rendering
-        self.records = {r["run_id"]: r for r in records}
+        self.records = {r.run_id: r for r in records}
         self.con = con if con is not None else connect(root, run_ids=list(self.records))
         present = data.runs_with_rows(self.con)
         self.with_detail = data.runs_with_detail(self.con)

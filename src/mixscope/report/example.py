@@ -10,9 +10,12 @@ model that cannot be loaded offline) becomes a one-line reason, not a failed rep
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mixscope.errors import MixscopeError, first_line
+
+if TYPE_CHECKING:
+    from mixscope.store.run_record import RunRecord
 
 #: the example sequence is at most this many tokens, special tokens included
 MAX_TOKENS = 40
@@ -41,7 +44,7 @@ def _corpus_spec(spec: dict[str, Any]) -> Any:
     return CorpusSpec(**{k: v for k, v in corpus.items() if k in known})
 
 
-def first_document(root: str, record: dict[str, Any]) -> tuple[int, Any]:
+def first_document(root: str, record: RunRecord) -> tuple[int, Any]:
     """(doc_id, text or (text, text_pair)) of the run's first committed document."""
     import pyarrow.compute as pc
 
@@ -50,7 +53,7 @@ def first_document(root: str, record: dict[str, Any]) -> tuple[int, Any]:
     from mixscope.store.layout import Layout
 
     layout = Layout.open(root)
-    files = manifest.committed_files(layout, "documents", [record["run_id"]])
+    files = manifest.committed_files(layout, "documents", [record.run_id])
     best: dict[str, Any] | None = None
     for path in files:
         table = layout.read_table(path).select(["doc_id", "file", "offset"])
@@ -64,20 +67,20 @@ def first_document(root: str, record: dict[str, Any]) -> tuple[int, Any]:
         raise MixscopeError("the run has no committed documents")
     shard = Shard(0, best["file"], int(best["offset"]), int(best["doc_id"]), 1)
     try:
-        (doc,) = read_shard(shard, _corpus_spec(record.get("spec") or {}))
+        (doc,) = read_shard(shard, _corpus_spec(dict(record.spec)))
     except (OSError, RuntimeError) as exc:
         raise MixscopeError(f"cannot re-read document {best['doc_id']}: {exc}") from None
     return doc.doc_id, doc.text
 
 
-def example_for(root: str, record: dict[str, Any], max_tokens: int = MAX_TOKENS) -> Example:
+def example_for(root: str, record: RunRecord, max_tokens: int = MAX_TOKENS) -> Example:
     """The example of one run; ``error`` says why when there are no maps."""
     import mixscope
 
-    ex = Example(record["run_id"])
-    spec = record.get("spec") or {}
+    ex = Example(record.run_id)
+    spec = record.spec
     analysis = spec.get("analysis") or {}
-    model = spec.get("model") or (record.get("model") or {}).get("source")
+    model = spec.get("model") or record.model.get("source")
     try:
         if not model:
             raise MixscopeError("the run record names no model")

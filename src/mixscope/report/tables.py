@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mixscope.report import data
 from mixscope.report import html as H
 from mixscope.report.context import Report, label, pct
 
+if TYPE_CHECKING:
+    from mixscope.store.run_record import RunRecord
 
-def _pairs(record: dict[str, Any] | None) -> str:
+
+def _pairs(record: RunRecord | None) -> str:
     """The run's pair counts (kept, split, skipped) in words; "" without pairs."""
     from mixscope.runtime.status import pair_counts
 
-    return pair_counts(((record or {}).get("corpus") or {}).get("pairs"))
+    return pair_counts(record.corpus.get("pairs") if record else None)
 
 
 def _short_model(model: str | None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mixscope.config import JobSpec
@@ -23,11 +23,12 @@ from mixscope.stats.consolidate import consolidate
 from mixscope.store import manifest, verify
 from mixscope.store.layout import Layout
 from mixscope.store.records import CommitRecord
+from mixscope.store.run_record import RunRecord
 from mixscope.store.runs import (
     identity_options,
     library_versions,
+    load_run,
     now,
-    read_run,
     run_id_for,
     write_run,
 )
@@ -96,7 +97,7 @@ class PreparedRun:
     layout: Layout
     plan: CorpusPlan
     run_id: str
-    record: dict[str, Any]
+    record: RunRecord
 
 
 def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
@@ -128,45 +129,39 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
         plan = CorpusPlan.from_dict(stored)  # resume on the plan the run started with
     elif write:
         layout.write_json(f"{layout.run_dir(run_id)}/plan.json", plan.to_dict())
-    record = read_run(layout, run_id) or {
-        "run_id": run_id,
-        "created_at": now(),
-        "invocations": [],
-    }
-    record.update(
-        {
-            "name": spec.name,
-            "model": model,
-            "step": spec.step if spec.step is not None else model.get("step"),
-            "corpus": {
-                "paths": list(spec.corpus.paths),
-                "files": plan.files,
-                "fingerprint": plan.fingerprint,
-                "n_docs": plan.n_docs,
-                "bad": plan.bad,
-                "bad_examples": plan.bad_examples,
-                "pairs": plan.pairs,  # kept / split / skipped (corpus/plan.py), or None
-            },
-            "options": options,
-            "runtime": {
-                "workers": spec.runtime.workers,
-                "worker_range": list(spec.runtime.worker_range()),
-                "batch_size": spec.runtime.batch_size,
-                "batch_tokens": spec.runtime.batch_tokens,
-                "attention": spec.analysis.attention,
-                "docs_per_shard": spec.runtime.docs_per_shard,
-                "device": spec.runtime.device,
-                "executor": spec.runtime.executor,
-            },
-            "spec": spec.to_dict(),
-            "output": {
-                "detail": spec.output.detail,
-                "sample_rate": spec.output.sample_rate,
-                "precision": spec.output.precision,
-            },
-            "libraries": library_versions(),
-            "shards_total": len(plan.shards),
-        }
+    record = replace(
+        load_run(layout, run_id) or RunRecord(run_id=run_id, created_at=now()),
+        name=spec.name,
+        model=model,
+        step=spec.step if spec.step is not None else model.get("step"),
+        corpus={
+            "paths": list(spec.corpus.paths),
+            "files": plan.files,
+            "fingerprint": plan.fingerprint,
+            "n_docs": plan.n_docs,
+            "bad": plan.bad,
+            "bad_examples": plan.bad_examples,
+            "pairs": plan.pairs,  # kept / split / skipped (corpus/plan.py), or None
+        },
+        options=options,
+        runtime={
+            "workers": spec.runtime.workers,
+            "worker_range": list(spec.runtime.worker_range()),
+            "batch_size": spec.runtime.batch_size,
+            "batch_tokens": spec.runtime.batch_tokens,
+            "attention": spec.analysis.attention,
+            "docs_per_shard": spec.runtime.docs_per_shard,
+            "device": spec.runtime.device,
+            "executor": spec.runtime.executor,
+        },
+        spec=spec.to_dict(),
+        output={
+            "detail": spec.output.detail,
+            "sample_rate": spec.output.sample_rate,
+            "precision": spec.output.precision,
+        },
+        libraries=library_versions(),
+        shards_total=len(plan.shards),
     )
     return PreparedRun(spec, layout, plan, run_id, record)
 
@@ -240,9 +235,10 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
     committed = manifest.commits(layout, run_id)
     pending = [s for s in plan.shards if s.shard_id not in committed]
     invocation = {"started_at": now(), "pending": len(pending), "done": 0, "failed": 0, "tokens": 0}
-    record["invocations"] = [*record.get("invocations", []), invocation]
-    record["status"] = "running"
-    write_run(layout, record)
+    n_before = len(record.invocations)
+    record = write_run(
+        layout, replace(record, invocations=(*record.invocations, invocation), status="running")
+    )
 
     progress = Progress(
         total_docs=plan.n_docs,
@@ -297,23 +293,29 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
             }
         )
         complete = len(committed) == len(plan.shards)
-        record["status"] = "complete" if complete else ("failed" if errors else "incomplete")
-        record["shards_done"] = len(committed)
-        record["shards_failed"] = len(errors)
-        record["rows"] = sum(c.rows for c in committed.values())
-        record["tokens"] = sum(c.tokens for c in committed.values())
-        record["errors"] = {str(k): first_line(v) for k, v in errors.items()}
-        write_run(layout, record)
+        record = write_run(
+            layout,
+            replace(
+                record,
+                invocations=(*record.invocations[:n_before], invocation),
+                status="complete" if complete else ("failed" if errors else "incomplete"),
+                shards_done=len(committed),
+                shards_failed=len(errors),
+                rows=sum(c.rows for c in committed.values()),
+                tokens=sum(c.tokens for c in committed.values()),
+                errors={str(k): first_line(v) for k, v in errors.items()},
+            ),
+        )
 
     return RunSummary(
         run_id=run_id,
         root=spec.out,
-        status=record["status"],
+        status=record.status,
         shards_total=len(plan.shards),
         shards_done=len(committed),
         shards_failed=len(errors),
         shards_skipped=len(plan.shards) - len(pending),
-        rows=record["rows"],
+        rows=record.rows,
         tokens=tokens_now,
         seconds=seconds,
         errors={k: first_line(v) for k, v in errors.items()},

@@ -9,7 +9,7 @@ import pyarrow as pa
 from mixscope.errors import first_line
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
-from mixscope.store.runs import list_runs
+from mixscope.store.runs import load_runs
 from mixscope.store.verify import Damage, check_run
 
 #: version of the ``mixscope status --json`` document (its keys are a contract)
@@ -54,22 +54,22 @@ def run_status(root: str) -> list[dict[str, Any]]:
     """One JSON-ready row per run (the keys of ``status --json``), from the typed records."""
     layout = Layout.open(root)
     out = []
-    for rec in list_runs(layout):
-        run_id = rec["run_id"]
+    for rec in load_runs(layout):
+        run_id = rec.run_id
         done = manifest.commits(layout, run_id)
         failed = {k: v for k, v in manifest.failures(layout, run_id).items() if k not in done}
         damage = check_run(layout, run_id)
-        total = int(rec.get("shards_total") or 0)
+        total = rec.shards_total
         tokens = sum(c.tokens for c in done.values())
         busy = sum(c.seconds for c in done.values())
-        model = (rec.get("spec") or {}).get("model") or (rec.get("model") or {}).get("source", "")
+        model = rec.spec.get("model") or rec.model.get("source", "")
         row = {
             "run_id": run_id,
-            "name": rec.get("name") or "",
+            "name": rec.name,
             "model": model,
-            "step": rec.get("step"),
-            "status": rec.get("status") or "",
-            "detail": ((rec.get("options") or {}).get("output") or {}).get("detail", "full"),
+            "step": rec.step,
+            "status": rec.status,
+            "detail": rec.detail,
             "shards_total": total,
             "done": len(done),
             "failed": len(failed),
@@ -84,10 +84,10 @@ def run_status(root: str) -> list[dict[str, Any]]:
                 {"shard": d.shard, "generation": d.generation, "what": d.what} for d in damage
             ],
             # input records not analysed, per reason (corpus/readers.py)
-            "bad_input": dict((rec.get("corpus") or {}).get("bad") or {}),
-            "pairs": dict((rec.get("corpus") or {}).get("pairs") or {}),
-            "created_at": rec.get("created_at"),
-            "updated_at": rec.get("updated_at"),
+            "bad_input": dict(rec.corpus.get("bad") or {}),
+            "pairs": dict(rec.corpus.get("pairs") or {}),
+            "created_at": rec.created_at,
+            "updated_at": rec.updated_at,
         }
         out.append(
             {key: row[key] for key in RUN_STATUS_SCHEMA.names}

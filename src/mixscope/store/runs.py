@@ -96,26 +96,10 @@ def load_runs(layout: Layout) -> list[RunRecord]:
     return sorted(runs, key=lambda r: r.created_at)
 
 
-def read_run(layout: Layout, run_id: str) -> dict[str, Any] | None:
-    """:func:`load_run` as JSON (every key present, checked), for readers of the dict."""
-    record = load_run(layout, run_id)
-    return None if record is None else record.to_json()
-
-
-def list_runs(layout: Layout) -> list[dict[str, Any]]:
-    """:func:`load_runs` as JSON, oldest first."""
-    return [r.to_json() for r in load_runs(layout)]
-
-
-def write_run(layout: Layout, record: RunRecord | dict[str, Any]) -> RunRecord:
-    """Write the run record (through :class:`RunRecord`, so a writer cannot store a record
-    a reader would refuse), stamped ``updated_at`` and the current format."""
-    if not isinstance(record, RunRecord):
-        typed = RunRecord.from_json(record, f"run record {record.get('run_id')}")
-        record["updated_at"] = now()  # the caller's dict stays in step with the file
-    else:
-        typed = record
-    typed = replace(typed, updated_at=now(), format=RUN_FORMAT)
+def write_run(layout: Layout, record: RunRecord) -> RunRecord:
+    """Write the run record, stamped ``updated_at`` and the current format; returns what
+    was written."""
+    typed = replace(record, updated_at=now(), format=RUN_FORMAT)
     layout.write_json(f"{layout.run_dir(typed.run_id)}/run.json", typed.to_json())
     return typed
 
@@ -126,7 +110,7 @@ def resolve_run_ids(layout: Layout, given: list[str] | tuple[str, ...]) -> list[
     ambiguous ones are one-line errors naming the runs there are."""
     from mixscope.errors import MixscopeError
 
-    known = [r["run_id"] for r in list_runs(layout)]
+    known = [r.run_id for r in load_runs(layout)]
     if not known:
         raise MixscopeError(f"no runs in {layout.root}")
     out = []
