@@ -370,13 +370,22 @@ def test_queries_are_right_at_every_commit_and_consolidation(tmp_path):
         f.unlink()
 
     def check(committed: int) -> None:
-        got = (
-            connect(str(tmp_path))
-            .execute("SELECT sum(n), sum(sum) FROM layer_stats WHERE measure = 'attn_n'")
-            .fetchone()
-        )
+        con = connect(str(tmp_path))
+        got = con.execute(
+            "SELECT sum(n), sum(sum) FROM layer_stats WHERE measure = 'attn_n'"
+        ).fetchone()
         assert got[0] == sum(want_n[:committed])
         assert close(got[1], float(np.sum(want_sum[:committed])))
+        # token_stats merged from partials whose singleton rows are NULL (schema 4) and a
+        # dense generation: Σ², min and max as the per-token values give them
+        vals = np.concatenate([m[:, 1].ravel() for _, ms in shards[:committed] for m in ms])
+        got = con.execute(
+            "SELECT sum(n), sum(sumsq), min(min), max(max), count(*) FILTER (min IS NULL "
+            "OR max IS NULL OR sumsq IS NULL) FROM token_stats WHERE measure = 'attn_n'"
+        ).fetchone()
+        v64 = vals.astype(np.float64)
+        assert got[0] == vals.size and close(got[1], float((v64 * v64).sum()))
+        assert got[2] == float(vals.min()) and got[3] == float(vals.max()) and got[4] == 0
 
     for k, rec in enumerate(records):
         manifest.commit_shard(layout, "r", rec)

@@ -19,6 +19,7 @@ from mixscope.stats import histograms
 from mixscope.stats.accumulate import ShardStatistics
 from mixscope.stats.block import TokenBlock, Vocabulary, token_block
 from mixscope.stats.histograms import bins, fast_bins
+from mixscope.stats.singletons import restore
 from mixscope.store.schema import ALL_TOKENS, HIST_BINS, STATS, STORED_MEASURES
 
 LAYERS = 3
@@ -46,7 +47,11 @@ def shard():
         for b in blocks:
             acc.add(b)
         tables = acc.tables()
-    return blocks, {k: t.to_pylist() for k, t in tables.items()}
+    raw["token_stats"] = tables["token_stats"]
+    return blocks, {k: restore(STATS[k], t).to_pylist() for k, t in tables.items()}
+
+
+raw: dict = {}  # the shard's tables as written (singleton NULLs in place)
 
 
 def _occurrences(blocks: list[TokenBlock]):
@@ -91,6 +96,27 @@ def test_token_and_layer_moments_equal_brute_force(shard):
                 assert _close(r[f"{m}_sum"], math.fsum(v)), (name, r, m)
                 assert _close(r[f"{m}_sumsq"], math.fsum(x * x for x in v)), (name, r, m)
                 assert r[f"{m}_min"] == min(v) and r[f"{m}_max"] == max(v), (name, r, m)
+
+
+def test_singleton_rows_are_null_where_n_is_1_and_restore_exactly(shard):
+    """A shard's token_stats leaves Σ², min and max NULL exactly on its n = 1 rows (schema
+    4), and the restored values are the dense ones bit for bit (checked above against the
+    brute force; here against Σ itself)."""
+    _, tables = shard
+    table = raw["token_stats"]
+    n = table["n"].to_numpy()
+    assert 0 < (n == 1).sum() < len(n)  # both kinds of row are present
+    for m in STORED_MEASURES:
+        assert table[f"{m}_sum"].null_count == 0
+        for stat in ("sumsq", "min", "max"):
+            col = table[f"{m}_{stat}"]
+            assert col.is_null().to_numpy(zero_copy_only=False).tolist() == (n == 1).tolist()
+    for r in tables["token_stats"]:
+        if r["n"] == 1:
+            for m in STORED_MEASURES:
+                s = r[f"{m}_sum"]
+                assert r[f"{m}_sumsq"] == s * s
+                assert r[f"{m}_min"] == r[f"{m}_max"] == float(np.float32(s))
 
 
 def test_sequence_moments_equal_brute_force(shard):

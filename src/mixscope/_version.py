@@ -5,4 +5,4 @@ file's metadata and in the run identity); ``store/schema.py`` says what changed 
 """
 
 __version__ = "0.1.0"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4

@@ -25,6 +25,7 @@ from mixscope.errors import MixscopeError
 from mixscope.sql.macros import create_macros
 from mixscope.sql.runs_table import create_runs_table
 from mixscope.stats import consolidate as consolidation
+from mixscope.stats.singletons import sql_value
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
 from mixscope.store.references import reference_files
@@ -115,7 +116,9 @@ def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> N
     """
     keys = ", ".join(kind.key_names)
     columns = ", ".join((*kind.key_names, *(v for v, _, _ in kind.values)))
-    merged = ", ".join(f"{op}({v})::{_duck_type(t)} AS {v}" for v, t, op in kind.values)
+    merged = ", ".join(
+        f"{op}({sql_value(kind, v)})::{_duck_type(t)} AS {v}" for v, t, op in kind.values
+    )
     parts = []
     if files.consolidated:
         parts.append(

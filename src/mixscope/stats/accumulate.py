@@ -25,6 +25,7 @@ from mixscope.stats.block import TokenBlock, Vocabulary
 from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins
 from mixscope.stats.keys import ID_BITS, grouped, key_order, token_keys
 from mixscope.stats.moments import N_CAT, TokenMoments, sequence_moments
+from mixscope.stats.singletons import restore
 from mixscope.stats.tables import kind_table, measure_columns
 from mixscope.store.schema import (
     ALL_TOKENS,
@@ -114,6 +115,7 @@ class ShardStatistics:
                 "n": per_row(m["n"]),
                 **measure_columns({k: m[k] for k in ("sum", "sumsq", "min", "max")}),
             },
+            singleton=per_row(m["n"] == 1),
         )
 
     def _layer_stats(self, keys: np.ndarray, m: dict[str, np.ndarray]) -> pa.Table:
@@ -164,7 +166,9 @@ def merge(kind: StatsKind, tables: list[pa.Table]) -> pa.Table:
     """The statistics of the union of the parts: rows grouped by the keys, each value merged
     by its operation (sums add, minima and maxima combine; integer sums, such as the exact
     limbs of consolidated files, add exactly). Within a key, rows are taken in the order of
-    ``tables``. Sorting and ``reduceat``: no hash aggregation over dozens of columns."""
+    ``tables``. Sorting and ``reduceat``: no hash aggregation over dozens of columns. A
+    shard's singleton NULLs (``stats/singletons.py``) are restored first."""
+    tables = [restore(kind, t) for t in tables]
     if len(tables) == 1:
         return tables[0]
     whole = pa.concat_tables(tables)

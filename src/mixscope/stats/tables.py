@@ -5,20 +5,30 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from mixscope.stats.singletons import masked, nullable_columns
 from mixscope.store.schema import STORED_MEASURES, StatsKind
 
 
-def kind_table(kind: StatsKind, columns: dict[str, np.ndarray | pa.Array]) -> pa.Table:
+def kind_table(
+    kind: StatsKind,
+    columns: dict[str, np.ndarray | pa.Array],
+    singleton: np.ndarray | None = None,
+) -> pa.Table:
     """The working table (float64 sums) of the given columns, in the kind's column order;
     numpy columns are cast to the field's type first (numpy casts are several times
-    faster than Arrow's checked ones)."""
+    faster than Arrow's checked ones). ``singleton`` [rows]: the rows with ``n = 1``, whose
+    ``kind.singletons`` columns are left NULL (``stats/singletons.py``)."""
     fields = [f for f in kind.schema if f.name in columns]
+    nulls = nullable_columns(kind) if singleton is not None else frozenset()
     arrays = []
     for f in fields:
         c = columns[f.name]
         if isinstance(c, np.ndarray):
             c = np.ascontiguousarray(c, dtype=f.type.to_pandas_dtype())
-        arrays.append(pa.array(c, f.type))
+        if singleton is not None and f.name in nulls:
+            arrays.append(masked(c, f.type, singleton))
+        else:
+            arrays.append(pa.array(c, f.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=kind.schema.metadata))
 
 

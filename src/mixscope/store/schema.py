@@ -12,6 +12,11 @@ Readers (pandas, polars, DuckDB, Spark) rely on these names and types; bump
   category, measure, bin), so a masked occurrence's histogram counts can be attributed to
   the token it replaced (the frequency queries rank it by that token). Readers of schema-2
   runs see ``original_id`` NULL there (``coalesce(original_id, token_id)``).
+- 4: a shard's ``token_stats`` file leaves ``*_sumsq``, ``*_min`` and ``*_max`` NULL on
+  rows with ``n = 1`` (more than half the rows of a shard: most keys occur once there),
+  where they are functions of ``*_sum`` (Σ² = Σ·Σ, min = max = Σ as float32, exactly);
+  ``StatsKind.singletons`` says how each is restored, and every reader restores it
+  (``stats.singletons.restore``, the SQL views). Consolidated files are dense.
 
 The measure lists (``mixscope/measures.py``, re-exported here) are the only ones: the SQL
 views and the statistics are generated from them, the named queries are checked against
@@ -133,12 +138,22 @@ class StatsKind:
     keys: tuple[tuple[str, pa.DataType], ...]
     values: tuple[tuple[str, pa.DataType, str], ...]  # (column, type, merge: sum | min | max)
     doc: str
+    #: columns a shard's file leaves NULL where ``n = 1``: column → (the ``*_sum`` column
+    #: it is restored from, "square" | "same"); see :data:`SCHEMA_VERSION` 4
+    singletons: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def schema(self) -> pa.Schema:
-        """A shard's file (and what readers see): float64 sums."""
+        """A shard's file: float64 sums; the ``singletons`` columns nullable."""
+        nullable = {c for c, _, _ in self.singletons}
         fields = [pa.field(k, t, nullable=False) for k, t in self.keys]
-        fields += [pa.field(v, t, nullable=False) for v, t, _ in self.values]
+        fields += [pa.field(v, t, nullable=v in nullable) for v, t, _ in self.values]
+        return pa.schema(fields, metadata=_META)
+
+    @property
+    def dense_schema(self) -> pa.Schema:
+        """What readers see (and consolidated files hold before their limbs): no NULLs."""
+        fields = [pa.field(f.name, f.type, nullable=False) for f in self.schema]
         return pa.schema(fields, metadata=_META)
 
     @property
@@ -154,7 +169,7 @@ class StatsKind:
             for v in self.exact_columns
             for limb in EXACT_LIMBS
         ]
-        return pa.schema([*self.schema, *extra], metadata=_META)
+        return pa.schema([*self.dense_schema, *extra], metadata=_META)
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -203,6 +218,11 @@ TOKEN_STATS = StatsKind(
     (("token", pa.string(), "min"), *_N, *_moments(("sum", "sumsq", "min", "max"))),
     "per layer × token id (as seen) × original id × pair segment × category: count, Σ, Σ², "
     "min, max",
+    tuple(
+        (f"{m}_{stat}", f"{m}_sum", "square" if stat == "sumsq" else "same")
+        for m in STORED_MEASURES
+        for stat in ("sumsq", "min", "max")
+    ),
 )
 TOKEN_HIST = StatsKind(
     "token_hist",
