@@ -221,3 +221,47 @@ def test_uncommitted_and_partial_files_are_invisible(tmp_path):
         assert run_query(con, name, params).fetchall() is not None, q.name
     result = _invoke("sql", str(root), "SELECT count(*) AS n FROM tokens", "--format", "csv")
     assert result.exit_code == 0 and result.stdout.splitlines() == ["n", str(before["rows"][0])]
+
+
+def test_runs_of_schema_3_read_the_token_strings_of_their_own_files(tmp_path, monkeypatch):
+    """Before schema 4, token_stats and token_hist files carried ``token`` on every row and
+    there was no ``token_strings``: a root holding such a run (partials, merged at read
+    time) beside a schema-4 run shows every row's string, each from where its run keeps it."""
+    import pyarrow as pa
+
+    from mixscope.stats.accumulate import ShardStatistics
+    from mixscope.stats.block import Vocabulary
+
+    real = ShardStatistics.tables
+
+    def schema_3(self):
+        out = real(self)
+        strings = out.pop("token_strings")
+        lookup = dict(
+            zip(strings["token_id"].to_pylist(), strings["token"].to_pylist(), strict=True)
+        )
+        for name in ("token_stats", "token_hist"):
+            t = out[name]
+            ids = t["token_id"].to_pylist()
+            out[name] = t.append_column("token", pa.array([lookup[i] for i in ids]))
+        return out
+
+    rng = np.random.default_rng(5)
+    seqs = sf.make_sequences(rng, 12)
+    shards = [sf.shard_arrays(seqs[k : k + 4], 2, rng) for k in range(0, 12, 4)]
+    layout = Layout.open(str(tmp_path))
+    old = {"analysis": {"mask_rate": 0.3}, "output": {"detail": "full"}, "schema_version": 3}
+    with monkeypatch.context() as mp:
+        mp.setattr(ShardStatistics, "tables", schema_3)
+        sf.write_synthetic_run(
+            layout, "old", shards[:2], name="old", step=None, options=old, consolidated=False
+        )
+    assert not list(tmp_path.rglob("*token_strings*/**/*.parquet"))
+    sf.write_synthetic_run(layout, "new", shards[2:], name="new", step=None)
+    con = connect(str(tmp_path))
+    vocab = Vocabulary(sf.SyntheticTokenizer())
+    for view in ("token_stats", "token_hist"):
+        rows = con.execute(f"SELECT DISTINCT run_id, token_id, token FROM {view}").fetchall()
+        assert {r[0] for r in rows} == {"old", "new"}, view
+        want = vocab.arrow(np.array([r[1] for r in rows])).to_pylist()
+        assert [r[2] for r in rows] == want and None not in want, view

@@ -105,20 +105,24 @@ def _detail_views(con: Any, source: str, missing: str | None) -> None:
     )
 
 
-def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> None:
-    """The view ``kind.name``: the statistics of every committed shard once; long by measure.
+#: the first schema whose token_stats / token_hist files leave the token string to
+#: ``token_strings`` (store/schema.py); older runs' files still carry it
+STRINGS_APART = 4
 
-    A consolidated run's file has one row per key and is read as it is; the files of a run
-    with partials not yet consolidated are merged here (sums, mins, maxes by key). Moment
-    tables get one row per key and measure (``n``, ``sum``, ``sumsq``, ``min``, ``max``,
-    or ``sequences``, ``seq_sum``, ``seq_sumsq``); histograms one row per key, measure and
-    bin, where a derived measure has its source's bins (the same ranks).
-    """
+
+def _file_parts(kind: StatsKind, files: consolidation.StatsFiles, token: str | None) -> list[str]:
+    """SELECTs of ``files`` (consolidated as they are, the rest merged by key); ``token``:
+    the ``token`` column to add ("token": the files' own, of runs before schema 4)."""
     keys = ", ".join(kind.key_names)
-    columns = ", ".join((*kind.key_names, *(v for v, _, _ in kind.values)))
-    merged = ", ".join(
-        f"{op}({sql_value(kind, v)})::{_duck_type(t)} AS {v}" for v, t, op in kind.values
-    )
+    stored = [(v, t, op) for v, t, op in kind.values]
+    columns = ", ".join((*kind.key_names, *(v for v, _, _ in stored)))
+    merged = ", ".join(f"{op}({sql_value(kind, v)})::{_duck_type(t)} AS {v}" for v, t, op in stored)
+    if token == "token":
+        columns += ", token"
+        merged += ", min(token) AS token"
+    elif token:
+        columns += f", {token} AS token"
+        merged += f", {token} AS token"
     parts = []
     if files.consolidated:
         parts.append(
@@ -133,14 +137,48 @@ def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> N
             f"FROM read_parquet({_sql_list(files.merging)}, {HIVE}, union_by_name = true) "
             f"GROUP BY run_id, {keys}"
         )
+    return parts
+
+
+def _stats_view(
+    con: Any,
+    kind: StatsKind,
+    files: consolidation.StatsFiles,
+    legacy: consolidation.StatsFiles | None = None,
+) -> None:
+    """The view ``kind.name``: the statistics of every committed shard once; long by measure.
+
+    A consolidated run's file has one row per key and is read as it is; the files of a run
+    with partials not yet consolidated are merged here (sums, mins, maxes by key). Moment
+    tables get one row per key and measure (``n``, ``sum``, ``sumsq``, ``min``, ``max``,
+    or ``sequences``, ``seq_sum``, ``seq_sumsq``); histograms one row per key, measure and
+    bin, where a derived measure has its source's bins (the same ranks). A kind with a
+    ``token_key`` gets its ``token`` from ``token_strings``, except for the ``legacy``
+    files (runs before schema 4), which carry their own.
+    """
+    old = legacy is not None and bool(legacy.consolidated or legacy.merging)
+    parts = _file_parts(kind, files, "NULL::VARCHAR" if kind.token_key and old else None)
+    if old and legacy is not None:
+        parts += _file_parts(kind, legacy, "token" if kind.token_key else None)
+    stored = list(kind.values)
+    if kind.token_key and old:
+        stored.append(("token", pa.string(), "min"))
     if not parts:  # no statistics yet: the right columns, no rows
         cols = ["NULL::VARCHAR AS run_id"]
         cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t in kind.keys]
-        cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t, _ in kind.values]
+        cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t, _ in stored]
         parts.append(f"SELECT {', '.join(cols)} WHERE false")
     base = " UNION ALL ".join(parts)
     prefixes = tuple(f"{m}_" for m in STORED_MEASURES)
-    shared = [v for v, _, _ in kind.values if not v.startswith(prefixes)]
+    shared = [v for v, _, _ in stored if v != "token" and not v.startswith(prefixes)]
+    if kind.token_key:  # the string of the id, once per id in token_strings
+        token = "COALESCE(b.token, s.token)" if old else "s.token"
+        rest = "b.* EXCLUDE (token)" if old else "b.*"
+        base = (
+            f"SELECT {rest}, {token} AS token FROM ({base}) b LEFT JOIN token_strings s "
+            f"ON s.run_id = b.run_id AND s.token_id = b.{kind.token_key}"
+        )
+        shared.insert(0, "token")
     moments = [v[len(prefixes[0]) :] for v, _, _ in kind.values if v.startswith(prefixes[0])]
     key_cols = [category_sql(k) + " AS category" if k == "category" else k for k in kind.key_names]
     if "measure" in kind.key_names:  # histograms
@@ -238,8 +276,13 @@ def connect(
         con.execute(f"SET memory_limit = {_quote(memory_limit)}")
     runs = [r for r in load_runs(layout) if run_ids is None or r.run_id in run_ids]
     _refuse_damaged(layout, [r.run_id for r in runs])
-    stats = consolidation.sources(layout, run_ids)
-    for files in stats.values():  # as DuckDB names them (s3://… on S3 roots)
+    # runs before schema 4 keep token strings in their token_stats / token_hist files
+    older = [r.run_id for r in runs if int(r.options.get("schema_version") or 0) < STRINGS_APART]
+    every = run_ids if run_ids is not None else layout.list_dirs(layout.runs_dir())
+    newer = [r for r in every if r not in older]
+    stats = consolidation.sources(layout, newer)
+    legacy = consolidation.sources(layout, older)
+    for files in [*stats.values(), *legacy.values()]:  # as DuckDB names them (s3://…)
         files.consolidated = [layout.uri(p) for p in files.consolidated]
         files.merging = [layout.uri(p) for p in files.merging]
     detail = [layout.uri(p) for p in manifest.committed_files(layout, "tokens", run_ids)]
@@ -253,12 +296,24 @@ def connect(
         )
     source = f"read_parquet({_sql_list(detail)}, {HIVE})" if detail else f"({EMPTY_DETAIL})"
     _detail_views(con, source, missing)
+    strings = stats["token_strings"].consolidated + stats["token_strings"].merging
+    con.execute(
+        "CREATE VIEW token_strings AS "
+        + (
+            f"SELECT run_id, token_id, min(token) AS token FROM read_parquet("
+            f"{_sql_list(strings)}, {HIVE}) GROUP BY run_id, token_id"
+            if strings
+            else "SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS token_id, "
+            "NULL::VARCHAR AS token WHERE false"
+        )
+    )
     for name, kind in STATS.items():
-        if name != "frequencies":
-            _stats_view(con, kind, stats[name])
+        if name not in ("frequencies", "token_strings"):
+            _stats_view(con, kind, stats[name], legacy[name])
 
     parts = []
-    counts = stats["frequencies"].consolidated + stats["frequencies"].merging
+    counts = [p for f in (stats, legacy) for p in f["frequencies"].consolidated]
+    counts += [p for f in (stats, legacy) for p in f["frequencies"].merging]
     if counts:
         parts.append(
             "SELECT run_id, NULL::VARCHAR AS reference, token_id, min(token) AS token, "

@@ -35,6 +35,7 @@ from mixscope.store.schema import (
     SEQUENCE_STATS,
     STATS,
     TOKEN_STATS,
+    TOKEN_STRINGS,
     StatsKind,
 )
 
@@ -84,12 +85,12 @@ class ShardStatistics:
         """Kind name → the shard's table (float64 sums); empty before any block."""
         if self._sequences is None:
             return {}
-        keys, moments = self._tokens.by_key()
+        keys, n, moments = self._tokens.by_key()
         out = {
-            TOKEN_STATS.name: self._token_stats(keys, moments),
-            LAYER_STATS.name: self._layer_stats(keys, moments),
+            TOKEN_STATS.name: self._token_stats(keys, n, moments),
+            LAYER_STATS.name: self._layer_stats(keys, n, moments),
             SEQUENCE_STATS.name: self._sequence_stats(),
-            "token_hist": self._token_hist.table(self._tokens.index.keys, self.vocab),
+            "token_hist": self._token_hist.table(self._tokens.index.keys),
             "layer_hist": self._layer_hist.table(),
         }
         ids = np.flatnonzero(self._freq)
@@ -97,9 +98,15 @@ class ShardStatistics:
             FREQUENCIES,
             {"token_id": ids, "token": self.vocab.arrow(ids), "count": self._freq[ids]},
         )
+        named = np.union1d(ids, keys >> 35)  # original ids and ids as seen ([MASK])
+        out[TOKEN_STRINGS.name] = kind_table(
+            TOKEN_STRINGS, {"token_id": named, "token": self.vocab.arrow(named)}
+        )
         return {name: out[name] for name in STATS}
 
-    def _token_stats(self, keys: np.ndarray, m: dict[str, np.ndarray]) -> pa.Table:
+    def _token_stats(
+        self, keys: np.ndarray, n: np.ndarray, m: dict[str, list[np.ndarray]]
+    ) -> pa.Table:
         L = self.layers
         token_id = keys >> 35
         per_row = lambda a: np.repeat(a, L)  # noqa: E731  key-major, layer-minor
@@ -111,19 +118,20 @@ class ShardStatistics:
                 "original_id": per_row((keys >> 7) & ((1 << ID_BITS) - 1)),
                 "token_type": per_row((keys >> 3) & 15),
                 "category": per_row(keys & 7),
-                "token": self.vocab.arrow(per_row(token_id)),
-                "n": per_row(m["n"]),
-                **measure_columns({k: m[k] for k in ("sum", "sumsq", "min", "max")}),
+                "n": per_row(n),
+                **measure_columns(m),
             },
-            singleton=per_row(m["n"] == 1),
+            singleton=per_row(n == 1),
         )
 
-    def _layer_stats(self, keys: np.ndarray, m: dict[str, np.ndarray]) -> pa.Table:
+    def _layer_stats(
+        self, keys: np.ndarray, n: np.ndarray, m: dict[str, list[np.ndarray]]
+    ) -> pa.Table:
         """The token groups grouped again by (category, pair segment)."""
         L = self.layers
         order, starts, k2 = grouped((keys & 7) * 16 + ((keys >> 3) & 15))
         merged = {
-            k: UFUNCS[_MOMENTS[k]].reduceat(m[k][:, order], starts, axis=1)
+            k: [UFUNCS[_MOMENTS[k]].reduceat(a[order], starts, axis=0) for a in m[k]]
             for k in ("sum", "sumsq", "min", "max")
         }
         return kind_table(
@@ -132,7 +140,7 @@ class ShardStatistics:
                 "layer": np.tile(np.arange(1, L + 1), len(k2)),
                 "category": np.repeat(k2 // 16, L),
                 "token_type": np.repeat(k2 % 16, L),
-                "n": np.repeat(np.add.reduceat(m["n"][order], starts), L),
+                "n": np.repeat(np.add.reduceat(n[order], starts), L),
                 **measure_columns(merged),
             },
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from mixscope.stats.block import Vocabulary
 from mixscope.stats.kernels import add_layer_histogram
 from mixscope.stats.keys import ID_BITS, counted
 from mixscope.stats.tables import kind_table
@@ -115,7 +114,7 @@ class TokenHistogram:
         self._buffer, self._buffered = [], 0
         return events
 
-    def table(self, token_keys: np.ndarray, vocab: Vocabulary) -> pa.Table:
+    def table(self, token_keys: np.ndarray) -> pa.Table:
         """Rows sorted by (token id, original id, category, measure, bin); ``token_keys``
         [ids] the token key of each key id."""
         groups = ((token_keys >> 7) << 3) | (token_keys & 7)  # token id, original id, cat
@@ -142,7 +141,6 @@ class TokenHistogram:
                 "category": group & 7,
                 "measure": (hk >> BIN_BITS) & ((1 << MEASURE_BITS) - 1),
                 "bin": hk & (HIST_BINS - 1),
-                "token": vocab.arrow(ids),
                 "count": hc,
             },
         )

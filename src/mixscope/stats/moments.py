@@ -76,13 +76,15 @@ class TokenMoments:
         add_moments(values, token_ids, self.sum, self.sumsq, self.min, self.max)
         return token_ids
 
-    def by_key(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Token keys sorted, their n [keys] and moments [measure, keys, layer]."""
+    def by_key(self) -> tuple[np.ndarray, np.ndarray, dict[str, list[np.ndarray]]]:
+        """Token keys sorted, their n [keys] and, per moment, one contiguous [keys, layer]
+        array per measure (one gather each: no transposed copy)."""
         order = np.argsort(self.index.keys)
         moments = {
-            k: getattr(self, k)[order].transpose(1, 0, 2) for k in ("sum", "sumsq", "min", "max")
+            k: [getattr(self, k)[order, j] for j in range(N_MEAS)]
+            for k in ("sum", "sumsq", "min", "max")
         }
-        return self.index.keys[order], {"n": self.n[order], **moments}
+        return self.index.keys[order], self.n[order], moments
 
 
 def sequence_moments(block: TokenBlock, v64: np.ndarray) -> dict[str, np.ndarray]:

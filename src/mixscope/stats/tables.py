@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -32,9 +34,9 @@ def kind_table(
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=kind.schema.metadata))
 
 
-def measure_columns(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``{stat: [measure, keys, layers]}`` → ``{"attn_w_sum": [keys · layers], …}``
-    (key-major, layer-minor rows)."""
+def measure_columns(stats: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``{stat: [measure, keys, layers]}`` (an array, or a list of one [keys, layers] array
+    per measure) → ``{"attn_w_sum": [keys · layers], …}`` (key-major, layer-minor rows)."""
     return {
         f"{m}_{stat}": arr[k].reshape(-1)
         for k, m in enumerate(STORED_MEASURES)

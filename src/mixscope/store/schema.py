@@ -17,6 +17,10 @@ Readers (pandas, polars, DuckDB, Spark) rely on these names and types; bump
   where they are functions of ``*_sum`` (Σ² = Σ·Σ, min = max = Σ as float32, exactly);
   ``StatsKind.singletons`` says how each is restored, and every reader restores it
   (``stats.singletons.restore``, the SQL views). Consolidated files are dense.
+  ``token_stats`` and ``token_hist`` files no longer repeat the token string on every row
+  (a fifth of their encoding time): the new ``token_strings`` (token id → string, one row
+  per id a shard's statistics name) holds it once, and the views attach it by token id
+  (``StatsKind.token_key``). Readers of older runs read the string from their files.
 
 The measure lists (``mixscope/measures.py``, re-exported here) are the only ones: the SQL
 views and the statistics are generated from them, the named queries are checked against
@@ -141,6 +145,8 @@ class StatsKind:
     #: columns a shard's file leaves NULL where ``n = 1``: column → (the ``*_sum`` column
     #: it is restored from, "square" | "same"); see :data:`SCHEMA_VERSION` 4
     singletons: tuple[tuple[str, str, str], ...] = ()
+    #: the id column whose string (``token_strings``) the views attach as ``token``
+    token_key: str = ""
 
     @property
     def schema(self) -> pa.Schema:
@@ -215,7 +221,7 @@ TOKEN_STATS = StatsKind(
         ("token_type", pa.int8()),
         ("category", pa.int8()),
     ),
-    (("token", pa.string(), "min"), *_N, *_moments(("sum", "sumsq", "min", "max"))),
+    (*_N, *_moments(("sum", "sumsq", "min", "max"))),
     "per layer × token id (as seen) × original id × pair segment × category: count, Σ, Σ², "
     "min, max",
     tuple(
@@ -223,6 +229,7 @@ TOKEN_STATS = StatsKind(
         for m in STORED_MEASURES
         for stat in ("sumsq", "min", "max")
     ),
+    "token_id",
 )
 TOKEN_HIST = StatsKind(
     "token_hist",
@@ -233,9 +240,10 @@ TOKEN_HIST = StatsKind(
         ("measure", pa.int8()),
         ("bin", pa.int16()),
     ),
-    (("token", pa.string(), "min"), *_HIST),
+    _HIST,
     "per token id (as seen) × original id (before masking) × category × stored measure: "
     "histogram of the layer-averaged occurrence value",
+    token_key="token_id",
 )
 LAYER_HIST = StatsKind(
     "layer_hist",
@@ -251,9 +259,24 @@ FREQUENCIES = StatsKind(
     "per token id: occurrences in the corpus before masking (the run's own frequency counts)",
 )
 
+TOKEN_STRINGS = StatsKind(
+    "token_strings",
+    (("token_id", pa.int32()),),
+    (("token", pa.string(), "min"),),
+    "per token id the statistics name (as seen or before masking): its string",
+)
+
 STATS = {
     k.name: k
-    for k in (LAYER_STATS, SEQUENCE_STATS, TOKEN_STATS, TOKEN_HIST, LAYER_HIST, FREQUENCIES)
+    for k in (
+        LAYER_STATS,
+        SEQUENCE_STATS,
+        TOKEN_STATS,
+        TOKEN_HIST,
+        LAYER_HIST,
+        FREQUENCIES,
+        TOKEN_STRINGS,
+    )
 }
 DOCUMENT_SCHEMA = pa.schema(
     [
