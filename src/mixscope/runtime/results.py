@@ -91,7 +91,7 @@ class ShardResults:
         self._wait()
         files: dict[str, dict[str, Any]] = {}
         for name, table in self._stats.tables().items():
-            files[name] = self._write(name, table, stats=True)
+            files[name] = self._write(name, table, stats=True)  # a partial
         if self._detail is not None:
             path = self.layout.shard_file("tokens", self.run_id, self.shard_id)
             data = self._detail.getvalue()
@@ -101,7 +101,7 @@ class ShardResults:
 
     def _write(self, kind: str, table: pa.Table, stats: bool = False) -> dict[str, Any]:
         path = self.layout.shard_file(kind, self.run_id, self.shard_id)
-        return write_parquet(self.layout, path, table, stats)
+        return write_parquet(self.layout, path, table, stats, partial=stats)
 
     def _documents(self, docs: Sequence[Document]) -> pa.Table:
         ids = np.array([d.doc_id for d in docs], dtype=np.int64)

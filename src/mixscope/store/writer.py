@@ -45,12 +45,15 @@ def options(schema: pa.Schema) -> dict[str, Any]:
 _DICTIONARY = frozenset({"layer", "category", "token_type", "measure", "token"})
 
 
-def stats_options(schema: pa.Schema) -> dict[str, Any]:
+def stats_options(schema: pa.Schema, partial: bool = False) -> dict[str, Any]:
     """Statistics tables: delta-encoded integers (ids, bins, counts), dictionaries for the
     columns of few values and for strings, byte-stream-split floats at zstd level -1,
     everything else zstd level 1. On a 76.8k-token shard: ``token_stats`` 1.6x faster to
     encode for +0.3% bytes, the histograms 1.1x faster and 30-40% smaller than
-    ``options``."""
+    ``options``. ``partial``: a shard's statistics, transient (merged into the run's table
+    within ``CONSOLIDATE_EVERY`` commits, then deleted) and read whole: no Parquet column
+    statistics (min/max per column chunk, used for pruning only), which cost a third of
+    ``token_stats``' encoding time for no bytes saved (``benchmarks/host.py``)."""
     floats = [f.name for f in schema if pa.types.is_floating(f.type)]
     delta = [f.name for f in schema if pa.types.is_integer(f.type) and f.name not in _DICTIONARY]
     return {
@@ -62,15 +65,15 @@ def stats_options(schema: pa.Schema) -> dict[str, Any]:
             **{n: "DELTA_BINARY_PACKED" for n in delta},
             **{n: "BYTE_STREAM_SPLIT" for n in floats},
         },
-        "write_statistics": True,
+        "write_statistics": not partial,
     }
 
 
-def parquet_buffer(table: pa.Table, stats: bool = False) -> pa.Buffer:
+def parquet_buffer(table: pa.Table, stats: bool = False, partial: bool = False) -> pa.Buffer:
     """``table`` encoded as Parquet (``stats``: with ``stats_options``, else ``options``),
     in Arrow's buffer (hashing and writing read it in place: no copy into ``bytes``)."""
     sink = pa.BufferOutputStream()
-    opts = stats_options(table.schema) if stats else options(table.schema)
+    opts = stats_options(table.schema, partial) if stats else options(table.schema)
     pq.write_table(table, sink, row_group_size=1 << 20, **opts)
     return sink.getvalue()
 
@@ -108,7 +111,9 @@ def write_bytes(layout: Layout, path: str, data: bytes | pa.Buffer, rows: int) -
     }
 
 
-def write_parquet(layout: Layout, path: str, table: pa.Table, stats: bool = False) -> dict:
+def write_parquet(
+    layout: Layout, path: str, table: pa.Table, stats: bool = False, partial: bool = False
+) -> dict:
     """Write ``table`` to ``path`` atomically (``stats``: a statistics table, encoded with
-    ``stats_options``); its size and sha256 for the manifest."""
-    return write_bytes(layout, path, parquet_buffer(table, stats), table.num_rows)
+    ``stats_options``, ``partial``: a shard's); its size and sha256 for the manifest."""
+    return write_bytes(layout, path, parquet_buffer(table, stats, partial), table.num_rows)
