@@ -135,3 +135,12 @@ def timed_job(corpus: list[str], out: Path, **overrides: Any) -> dict[str, float
         row["shards"] = row["pool"] - row["first_ready"]
         row["other"] = wall - row["pool"]
     return row
+
+
+def save_results(name: str, text: str) -> Path:
+    """Write a benchmark's README section (``benchmarks/results/NAME.md``; ``python
+    benchmarks/readme.py`` splices it into the README between its ``bench:NAME`` marks)."""
+    path = REPO / "benchmarks" / "results" / f"{name}.md"
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+    return path

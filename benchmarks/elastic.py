@@ -14,7 +14,7 @@ Each job runs ``--reps`` times per order, interleaved, with ``runtime.shard_orde
   - the fixed cost: Ray start, first actor ready (process spawn + imports + model load),
     model load alone, against the job's wall time.
 
-    python benchmarks/elastic.py [--reps 2] [--files 5] [--docs 120] [--docs-per-shard 120]
+    python benchmarks/elastic.py [--reps 2] [--files 5] [--docs 120] [--docs-per-shard 120] [--save]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from common import timed_job, wikitext_path
+from common import save_results, source_state, timed_job, wikitext_path
 
 
 def make_corpus(folder: Path, files: int, docs: int) -> list[str]:
@@ -63,6 +63,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=5)
     ap.add_argument("--docs", type=int, default=120, help="documents per file")
     ap.add_argument("--docs-per-shard", type=int, default=120)
+    ap.add_argument("--save", action="store_true", help="also write benchmarks/results/elastic.md")
     args = ap.parse_args()
     import ray
 
@@ -88,32 +89,39 @@ def main() -> None:
     def med(order: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[order])
 
-    print()
-    print(
-        f"Elastic pool (2 CPU actors, MiniLM, {args.files} files x {args.docs} docs, "
-        f"medians of {args.reps}):\n"
+    lines: list[str] = []
+    out = lines.append
+    out(
+        f"**Elastic pool** (`benchmarks/elastic.py`: embedded local Ray, 2 CPU actors, MiniLM, "
+        f"{args.files} files of {args.docs} documents, {args.docs_per_shard} documents per "
+        f"shard, file k's documents k times longer, medians of {args.reps} interleaved runs "
+        f"per order; code {source_state()}):\n"
     )
-    print("| shard order | idle actor-seconds at the end | pool seconds | job wall seconds |")
-    print("|---|---|---|---|")
-    for order in ("plan", "largest_first"):
+    out("| shard order | idle actor-seconds at the job's end | pool seconds | job wall seconds |")
+    out("|---|---|---|---|")
+    for order, label in (("plan", "plan (before)"), ("largest_first", "largest first (after)")):
         cells = [f"{med(order, k):.2f}" for k in ("tail", "pool", "wall")]
-        print(f"| {order} | " + " | ".join(cells) + " |")
+        out(f"| {label} | " + " | ".join(cells) + " |")
     tail_ratio = med("largest_first", "tail") / max(med("plan", "tail"), 1e-9)
     pool_ratio = med("largest_first", "pool") / max(med("plan", "pool"), 1e-9)
-    print(
-        f"\nidle tail after / before: **{tail_ratio:.2f}x**; "
-        f"pool time after / before: {pool_ratio:.2f}x"
+    out(
+        f"\nIdle tail after / before: **{tail_ratio:.2f}x**; "
+        f"pool time after / before: {pool_ratio:.2f}x."
     )
     all_runs = runs["plan"] + runs["largest_first"]
     first = statistics.median(r["first_ready"] for r in all_runs)
     load = statistics.median(r["load"] for r in all_runs)
     wall = statistics.median(r["wall"] for r in all_runs)
-    print(
-        f"\nstart-up: Ray start {ray_start:.2f}s (once per process), "
+    out(
+        f"Start-up in these jobs: Ray start {ray_start:.2f}s (once per process), "
         f"first actor ready {first:.2f}s "
         f"(spawn + imports + model load; model load alone {load:.2f}s), "
-        f"= {first / wall:.2f} of a job's wall time ({wall:.2f}s)"
+        f"= {first / wall:.2f} of a job's wall time ({wall:.2f}s)."
     )
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    if args.save:
+        save_results("elastic", text)
 
 
 if __name__ == "__main__":

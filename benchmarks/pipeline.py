@@ -22,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from common import HEADING, wikitext_path
+from common import HEADING, save_results, source_state, wikitext_path
 
 CORPUS = wikitext_path()
 
@@ -108,6 +108,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--detail", default="full", choices=["full", "sample", "none"])
+    ap.add_argument("--save", action="store_true", help="also write benchmarks/results/pipeline.md")
     args = ap.parse_args()
 
     cspec = CorpusSpec(paths=(args.corpus,), skip_regex=HEADING, limit=args.docs)
@@ -155,22 +156,31 @@ def main() -> None:
     over = med["run 1 actor"] / med["in-process"]
     scale = med["run 2 actors"] / (2 * med["run 1 actor"])
     busy_scale = bmed["run 2 actors"] / (2 * bmed["run 1 actor"])
-    print(f"corpus: {args.docs} WikiText-2 paragraphs, {tokens:,} tokens, {rows:,} rows")
-    print(f"model: {args.model}, max_length {args.max_length}, batch {args.batch_size}, 1 thread")
-    print(f"output.detail: {args.detail} (statistics always)")
-    print()
-    print(f"{'configuration':<28}{'tokens/s':>12}{'shard work tok/s':>20}")
+    lines: list[str] = []
+    out = lines.append
+    out(
+        f"**Pipeline** (`benchmarks/pipeline.py --detail {args.detail}`, {args.docs} WikiText-2 "
+        f"paragraphs, {tokens:,} tokens, MiniLM, max_length {args.max_length}, batch "
+        f"{args.batch_size}, one thread per worker, medians of {args.reps}; code "
+        f"{source_state()}):\n"
+    )
+    out("| | tokens/s (wall clock) | tokens/s (shard work) |")
+    out("|---|---|---|")
+    names = {"in-process": "`analyze()` in-process", "run 1 actor": "`mixscope run`, 1 actor"}
+    names["run 2 actors"] = "`mixscope run`, 2 actors"
     for k, v in med.items():
         b = f"{bmed[k]:,.0f}" if k in bmed else ""
-        print(f"{k:<28}{v:>12,.0f}{b:>20}")
-    print()
-    print("ratios")
-    print(f"  pipeline overhead   run(1 actor) / in-process   {over:.3f}  (goal >= 0.9)")
-    print(f"  scaling efficiency  run(2) / (2 x run(1))       {scale:.3f}  (goal >= 0.9)")
-    print(f"  scaling, shard work only (no start-up)          {busy_scale:.3f}")
-    print(f"  detail bytes per token-layer row                {detail_bytes / rows:.2f}")
-    print(f"  statistics bytes (consolidated, whole run)      {stats_bytes:,}")
-    print("  (wall-clock rates include Ray start, actor start and model load in each actor)")
+        out(f"| {names[k]} | {v:,.0f} | {b} |")
+    out(
+        f"\nOverhead run(1 actor) / in-process **{over:.2f}** (goal >= 0.9; wall-clock rates "
+        f"include Ray start, actor start and model load), scaling 2 vs 1 actor {scale:.2f} "
+        f"wall clock, {busy_scale:.2f} on shard work; detail bytes per token-layer row "
+        f"{detail_bytes / max(rows, 1):.2f}, statistics {stats_bytes:,} bytes (consolidated)."
+    )
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    if args.save:
+        save_results("pipeline", text)
 
 
 if __name__ == "__main__":

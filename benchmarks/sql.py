@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from common import minilm_tokenizer, source_state
+from common import minilm_tokenizer, save_results, source_state
 
 LAYERS = 12
 SEQ_LEN = 128
@@ -351,6 +351,7 @@ def main() -> int:
     parser.add_argument("--memory-limit", default=None, help="DuckDB memory limit, e.g. 8GB")
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the results directories")
+    parser.add_argument("--save", action="store_true", help="also write benchmarks/results/sql.md")
     parser.add_argument(
         "--only",
         action="append",
@@ -464,7 +465,62 @@ def main() -> int:
                 cells = " ".join(f"{t:>8.3f}s" for t in ts)
                 verdict = f"largest/smallest {ts[-1] / ts[0]:.2f} (1 = flat)"
             print(f"{name:<28} {cells}  {verdict}")
+    if args.save:
+        save_results("sql", markdown(results, queries, args.reps))
     return 0
+
+
+def markdown(results: list, queries: tuple[str, ...], reps: int) -> str:
+    """The README section: one row per query, one column per size (seconds; the exact query
+    with its multiple of the scan), then goals, ρ and bytes per row, as measured."""
+    sizes = [w["rows"] for w, _ in results]
+    lines = [
+        "**SQL** (`benchmarks/sql.py`: synthetic results written through the real result "
+        "path, `full` float32 detail, 12 layers, Zipf token ids, consolidated; medians of "
+        f"{reps}; code {source_state()}):\n",
+        "| query | " + " | ".join(f"{human(n)} rows" for n in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
+    stats_worst = 0.0
+    for name in queries:
+        cells = []
+        for _written, measured in results:
+            t = measured["medians"][name]
+            scan = measured["medians"]["scan"]
+            if name == EXACT:
+                cells.append(f"{t:.2f} s ({t / scan:.1f}x scan)")
+            else:
+                cells.append(f"{t:.3f} s")
+            if name not in ("scan", EXACT):
+                stats_worst = max(stats_worst, t)
+        label = {"scan": "full scan of the detail (count + one sum)"}.get(name, f"`{name}`")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    met = "met" if stats_worst <= STATS_GOAL_S else "**NOT met**"
+    lines.append(
+        f"Slowest statistics-path query at any size: {stats_worst:.3f} s "
+        f"(goal <= {STATS_GOAL_S:g} s: {met})."
+    )
+    if EXACT in queries and len(results) > 1:
+        per_m = [m["medians"][EXACT] / (w["rows"] / 1e6) for w, m in results]
+        worst = max(m["medians"][EXACT] / m["medians"]["scan"] for _, m in results)
+        lines.append(
+            f"`{EXACT}`: at most {worst:.1f}x a scan (goal <= {EXACT_GOAL_X:g}x), "
+            f"{per_m[0]:.3f}-{per_m[-1]:.3f} s per million rows (largest/smallest "
+            f"{per_m[-1] / per_m[0]:.2f}; 1 = linear)."
+        )
+    for written, measured in results:
+        rho, binned = measured["rho"], measured["binned"]
+        where = f"{human(written['rows'])} rows"
+        if rho:
+            pairs = ", ".join(
+                f"{m} {rho[m]:.4f} / {binned[m][0]:.4f} (bound {binned[m][1]:.1e})" for m in rho
+            )
+            lines.append(f"ρ exact / from histograms at {where}: {pairs}.")
+    disk = " / ".join(f"{w['on_disk'] / w['rows']:.2f}" for w, _ in results)
+    detail = " / ".join(f"{w['detail'] / w['rows']:.2f}" for w, _ in results)
+    lines.append(f"On disk, bytes per row in all: {disk} (detail {detail}).")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
