@@ -42,7 +42,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
 
-from common import fmt_row, machine, minilm_path, progress, rule, wikitext_path
+from common import fmt_row, machine, minilm_path, progress, rule, save_results, wikitext_path
+from engine_markdown import engine_markdown
 from engine_memory import memory_child, memory_cpu, memory_cuda, print_memory
 from models import DECODER_CONFIGS, RANDOM_CONFIGS, build_encoder, real_batch, resolve_device
 from naive import NaiveDecomposition, naive_tensor_mb
@@ -85,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-memory", action="store_true", help="skip the memory section")
     p.add_argument("--no-sdpa", action="store_true", help="skip the SDPA reference row")
     p.add_argument("--json", default=None, help="also write all numbers to this file")
+    p.add_argument("--save", action="store_true", help="also write benchmarks/results/engine.md")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.reps is None:
@@ -227,6 +229,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"\n(total {time.perf_counter() - t_start:.0f} s)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.save:
+        cfg = model.config
+        text = engine_markdown(
+            results, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
+        )
+        save_results("engine", text)
     return results
 
 
