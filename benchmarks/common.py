@@ -144,3 +144,13 @@ def save_results(name: str, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     print(f"wrote {path}")
     return path
+
+
+def publish(name: str, lines: list[str], save: bool) -> str:
+    """Print a benchmark's markdown section and, with ``save`` (``--save``), write it as
+    its README section (:func:`save_results`)."""
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    if save:
+        save_results(name, text)
+    return text

@@ -31,7 +31,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from common import save_results, source_state, timed_job, wikitext_path
+from common import publish, source_state, timed_job, wikitext_path
 
 
 def make_corpus(folder: Path, files: int, docs: int) -> list[str]:
@@ -121,10 +121,7 @@ def main() -> None:
         f"(spawn + imports + model load; model load alone {load:.2f}s), "
         f"= {first / wall:.2f} of a job's wall time ({wall:.2f}s)."
     )
-    text = "\n".join(lines) + "\n"
-    print("\n" + text)
-    if args.save:
-        save_results("elastic", text)
+    publish("elastic", lines, args.save)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from common import HEADING, save_results, source_state, wikitext_path
+from common import HEADING, publish, source_state, wikitext_path
 
 CORPUS = wikitext_path()
 
@@ -177,10 +177,7 @@ def main() -> None:
         f"wall clock, {busy_scale:.2f} on shard work; detail bytes per token-layer row "
         f"{detail_bytes / max(rows, 1):.2f}, statistics {stats_bytes:,} bytes (consolidated)."
     )
-    text = "\n".join(lines) + "\n"
-    print("\n" + text)
-    if args.save:
-        save_results("pipeline", text)
+    publish("pipeline", lines, args.save)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from common import REPO, timed_job, wikitext_path
+from common import REPO, publish, timed_job, wikitext_path
 
 #: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
 RESULTS = REPO / "benchmarks" / "results" / "startup.md"
@@ -188,11 +188,7 @@ def main() -> None:
         f"({each[1]} ray.init); one / each: **{one[0] / each[0]:.2f}x**"
     )
 
-    text = "\n".join(lines) + "\n"
-    print("\n" + text)
-    if args.save:
-        RESULTS.write_text(text, encoding="utf-8")
-        print(f"wrote {RESULTS}")
+    publish("startup", lines, args.save)
 
 
 if __name__ == "__main__":
