@@ -32,7 +32,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
 
-from common import fmt_row, machine, progress, rule, wikitext_path
+from common import fmt_row, machine, progress, rule, save_results, wikitext_path
 from models import DECODER_CONFIGS, build_decoder, real_batch, resolve_device
 from timing import (
     cuda_peak_mib,
@@ -67,6 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--no-memory", action="store_true", help="skip the memory section")
     p.add_argument("--json", default=None, help="also write all numbers to this file")
+    p.add_argument("--save", action="store_true", help="also write results/decoder-NAME.md")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.seq_len is None:
@@ -264,6 +265,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.save:
+        line = (
+            f"- random {args.decoder} ({cfg.model_type}, {cfg.num_hidden_layers} layers, hidden "
+            f"{cfg.hidden_size}, {heads} heads, {kv} key/value; `benchmarks/decoder.py --decoder "
+            f"{args.decoder} --save`, {device.type}, {args.threads} threads): engine / eager "
+            f"forward **{ratio:.2f}×** at {B} × {n} (paired "
+            f"{paired_ratio(times['engine'], times['forward']):.2f}×), analyze / forward "
+            f"{med['analyze'] / med['forward']:.2f}×"
+        )
+        if mem_rows:
+            worst = max(r["engine"] / r["forward"] for r in mem_rows)
+            line += (
+                f"; peak memory engine / forward at most {worst:.2f}× for n = "
+                f"{mem_rows[0]['n']}–{mem_rows[-1]['n']}"
+            )
+        save_results(f"decoder-{args.decoder}", line + ".\n")
     return results
 
 

