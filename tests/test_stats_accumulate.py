@@ -195,3 +195,30 @@ def test_layer_histogram_moves_to_int64_counts_before_int32_could_overflow(shard
         hist.add(b.values, b.category)
     assert hist.counts.dtype == np.int64
     assert hist.table().to_pylist() == tables["layer_hist"]
+
+
+def test_detail_parts_are_gathered_into_row_groups(shard, monkeypatch):
+    """The detail file's parts (one per chunk) are encoded as row groups of at least
+    ``ROW_GROUP_MIN`` rows (the last may be smaller), and the file holds every row of every
+    part in order, each part's own token dictionary decoded alike."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mixscope.stats.detail import detail_table
+    from mixscope.store import writer
+
+    blocks, _ = shard
+    vocab = Vocabulary(sf.SyntheticTokenizer())
+    parts = [detail_table(b, vocab) for b in blocks]
+    sizes = [p.num_rows for p in parts]
+    monkeypatch.setattr(writer, "ROW_GROUP_MIN", sizes[0] + sizes[1])  # two parts per group
+    buf = writer.ParquetBuffer(parts[0].schema)
+    for p in parts:
+        buf.add(p)
+    file = pq.ParquetFile(io.BytesIO(buf.getvalue().to_pybytes()))
+    groups = [file.metadata.row_group(i).num_rows for i in range(file.num_row_groups)]
+    assert sum(groups) == sum(sizes) == buf.rows and len(groups) < len(parts)
+    assert all(g >= sizes[0] + sizes[1] for g in groups[:-1])
+    assert file.read().to_pylist() == pa.concat_tables(parts).to_pylist()
