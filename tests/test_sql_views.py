@@ -265,3 +265,5 @@ def test_runs_of_schema_3_read_the_token_strings_of_their_own_files(tmp_path, mo
         assert {r[0] for r in rows} == {"old", "new"}, view
         want = vocab.arrow(np.array([r[1] for r in rows])).to_pylist()
         assert [r[2] for r in rows] == want and None not in want, view
+    top = run_query(con, "top_tokens", {"min_count": 1}).fetchall()  # strings at the end
+    assert {r[0] for r in top} == {"old", "new"} and all(r[4] is not None for r in top)

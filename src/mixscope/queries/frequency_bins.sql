@@ -11,7 +11,7 @@
 -- rank of the token it replaced, as in the authors' analysis and frequency_correlation.
 WITH by_original AS (  -- token_stats rows under their original token (its string: own counts)
     SELECT s.run_id, s.original_id AS token_id, f.token, s.layer, s.measure, s.n, s.sum
-    FROM token_stats s LEFT JOIN frequencies f
+    FROM token_stats_by_id s LEFT JOIN frequencies f  -- token_stats without its strings
         ON f.reference IS NULL AND f.run_id = s.run_id AND f.token_id = s.original_id
     WHERE $run_id IS NULL OR s.run_id = $run_id
 ),

@@ -22,7 +22,7 @@
 WITH hist AS NOT MATERIALIZED (  -- the stored measures' bins by original token; c2: not [CLS]/[SEP]
     SELECT run_id, coalesce(original_id, token_id) AS token_id, measure, bin, count,
         CASE WHEN category IN ('cls', 'sep') THEN 0 ELSE count END AS c2
-    FROM token_hist
+    FROM token_hist_by_id  -- token_hist without its strings (not needed here)
     WHERE ($run_id IS NULL OR run_id = $run_id)
         AND measure IN ('attn_w', 'attn_n', 'attnres_n', 'attnresln_n')  -- the stored ones
 ),

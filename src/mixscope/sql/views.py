@@ -110,19 +110,13 @@ def _detail_views(con: Any, source: str, missing: str | None) -> None:
 STRINGS_APART = 4
 
 
-def _file_parts(kind: StatsKind, files: consolidation.StatsFiles, token: str | None) -> list[str]:
-    """SELECTs of ``files`` (consolidated as they are, the rest merged by key); ``token``:
-    the ``token`` column to add ("token": the files' own, of runs before schema 4)."""
+def _file_parts(kind: StatsKind, files: consolidation.StatsFiles) -> list[str]:
+    """SELECTs of ``files``: consolidated ones as they are, the rest merged by key."""
     keys = ", ".join(kind.key_names)
-    stored = [(v, t, op) for v, t, op in kind.values]
-    columns = ", ".join((*kind.key_names, *(v for v, _, _ in stored)))
-    merged = ", ".join(f"{op}({sql_value(kind, v)})::{_duck_type(t)} AS {v}" for v, t, op in stored)
-    if token == "token":
-        columns += ", token"
-        merged += ", min(token) AS token"
-    elif token:
-        columns += f", {token} AS token"
-        merged += f", {token} AS token"
+    columns = ", ".join((*kind.key_names, *(v for v, _, _ in kind.values)))
+    merged = ", ".join(
+        f"{op}({sql_value(kind, v)})::{_duck_type(t)} AS {v}" for v, t, op in kind.values
+    )
     parts = []
     if files.consolidated:
         parts.append(
@@ -140,12 +134,7 @@ def _file_parts(kind: StatsKind, files: consolidation.StatsFiles, token: str | N
     return parts
 
 
-def _stats_view(
-    con: Any,
-    kind: StatsKind,
-    files: consolidation.StatsFiles,
-    legacy: consolidation.StatsFiles | None = None,
-) -> None:
+def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> None:
     """The view ``kind.name``: the statistics of every committed shard once; long by measure.
 
     A consolidated run's file has one row per key and is read as it is; the files of a run
@@ -153,16 +142,10 @@ def _stats_view(
     tables get one row per key and measure (``n``, ``sum``, ``sumsq``, ``min``, ``max``,
     or ``sequences``, ``seq_sum``, ``seq_sumsq``); histograms one row per key, measure and
     bin, where a derived measure has its source's bins (the same ranks). A kind with a
-    ``token_key`` gets its ``token`` from ``token_strings``, except for the ``legacy``
-    files (runs before schema 4), which carry their own.
+    ``token_key`` gets its ``token`` from ``token_strings``.
     """
-    old = legacy is not None and bool(legacy.consolidated or legacy.merging)
-    parts = _file_parts(kind, files, "NULL::VARCHAR" if kind.token_key and old else None)
-    if old and legacy is not None:
-        parts += _file_parts(kind, legacy, "token" if kind.token_key else None)
+    parts = _file_parts(kind, files)
     stored = list(kind.values)
-    if kind.token_key and old:
-        stored.append(("token", pa.string(), "min"))
     if not parts:  # no statistics yet: the right columns, no rows
         cols = ["NULL::VARCHAR AS run_id"]
         cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t in kind.keys]
@@ -170,15 +153,11 @@ def _stats_view(
         parts.append(f"SELECT {', '.join(cols)} WHERE false")
     base = " UNION ALL ".join(parts)
     prefixes = tuple(f"{m}_" for m in STORED_MEASURES)
-    shared = [v for v, _, _ in stored if v != "token" and not v.startswith(prefixes)]
-    if kind.token_key:  # the string of the id, once per id in token_strings
-        token = "COALESCE(b.token, s.token)" if old else "s.token"
-        rest = "b.* EXCLUDE (token)" if old else "b.*"
-        base = (
-            f"SELECT {rest}, {token} AS token FROM ({base}) b LEFT JOIN token_strings s "
-            f"ON s.run_id = b.run_id AND s.token_id = b.{kind.token_key}"
-        )
-        shared.insert(0, "token")
+    shared = [v for v, _, _ in stored if not v.startswith(prefixes)]
+    # a kind named by token id: the view without strings first (``<kind>_by_id``, what the
+    # named queries read: joining every row to its string costs them a third), then the
+    # view with ``token`` (once per id in token_strings)
+    view = f"{kind.name}_by_id" if kind.token_key else kind.name
     moments = [v[len(prefixes[0]) :] for v, _, _ in kind.values if v.startswith(prefixes[0])]
     key_cols = [category_sql(k) + " AS category" if k == "category" else k for k in kind.key_names]
     if "measure" in kind.key_names:  # histograms
@@ -187,26 +166,65 @@ def _stats_view(
         values = ", ".join(f"({c}, {_quote(m)})" for c, m in pairs)
         key_cols = ["m.measure" if k == "measure" else k for k in key_cols]
         con.execute(
-            f"CREATE VIEW {kind.name} AS SELECT run_id, {', '.join(key_cols)}, "
+            f"CREATE VIEW {view} AS SELECT run_id, {', '.join(key_cols)}, "
             f"{', '.join(shared)} FROM ({base}) b JOIN (VALUES {values}) m(code, measure) "
             "ON b.measure = m.code"
         )
-        return
-    power = lambda stat: 2 if stat.endswith("sumsq") else 1  # noqa: E731  Σ (f v)² = f² Σ v²
-    floats = {v for v, t, _ in kind.values if t == pa.float32()}  # min, max: stay float32
-    cast = {st: "FLOAT" if f"{STORED_MEASURES[0]}_{st}" in floats else "" for st in moments}
-    wide = ", ".join(
-        f"{_measure_expr(m, '{m}_' + st, cast[st], power(st))} AS {m}_{st}"
-        for m in MEASURE_COLUMNS
-        for st in moments
-    )
-    on = ", ".join(
-        "(" + ", ".join(f"{m}_{st}" for st in moments) + f") AS {m}" for m in MEASURE_COLUMNS
-    )
+    else:
+        power = lambda stat: 2 if stat.endswith("sumsq") else 1  # noqa: E731  Σ (f v)² = f² Σ v²
+        floats = {v for v, t, _ in kind.values if t == pa.float32()}  # min, max: stay float32
+        cast = {st: "FLOAT" if f"{STORED_MEASURES[0]}_{st}" in floats else "" for st in moments}
+        wide = ", ".join(
+            f"{_measure_expr(m, '{m}_' + st, cast[st], power(st))} AS {m}_{st}"
+            for m in MEASURE_COLUMNS
+            for st in moments
+        )
+        on = ", ".join(
+            "(" + ", ".join(f"{m}_{st}" for st in moments) + f") AS {m}" for m in MEASURE_COLUMNS
+        )
+        con.execute(
+            f"CREATE VIEW {view} AS UNPIVOT (SELECT run_id, {', '.join(key_cols)}, "
+            f"{', '.join(shared)}, {wide} FROM ({base})) ON {on} "
+            f"INTO NAME measure VALUE {', '.join(moments)}"
+        )
+    if kind.token_key:
+        _with_strings(con, kind, view)
+
+
+def _with_strings(con: Any, kind: StatsKind, by_id: str) -> None:
+    """The view ``kind.name``: ``by_id`` with ``token`` after its keys."""
+    cols = [r[0] for r in con.execute(f"DESCRIBE {by_id}").fetchall()]
+    keys = 1 + len(kind.key_names)  # run_id and the keys come first
+    select = [f"v.{c}" for c in cols[:keys]] + ["s.token"]
+    select += [f"v.{c}" for c in cols[keys:]]
     con.execute(
-        f"CREATE VIEW {kind.name} AS UNPIVOT (SELECT run_id, {', '.join(key_cols)}, "
-        f"{', '.join(shared)}, {wide} FROM ({base})) ON {on} "
-        f"INTO NAME measure VALUE {', '.join(moments)}"
+        f"CREATE VIEW {kind.name} AS SELECT {', '.join(select)} FROM {by_id} v "
+        f"LEFT JOIN token_strings s ON s.run_id = v.run_id AND s.token_id = v.{kind.token_key}"
+    )
+
+
+def _token_strings_view(
+    con: Any, strings: consolidation.StatsFiles, legacy: consolidation.StatsFiles
+) -> None:
+    """``token_strings``: each token id's string, per run; runs before schema 4 (``legacy``:
+    their token_stats files, which carry the string on every row) included."""
+    parts = []
+    files = strings.consolidated + strings.merging
+    if files:
+        parts.append(
+            f"SELECT run_id, token_id, token FROM read_parquet({_sql_list(files)}, {HIVE})"
+        )
+    old = legacy.consolidated + legacy.merging
+    if old:
+        parts.append(f"SELECT run_id, token_id, token FROM read_parquet({_sql_list(old)}, {HIVE})")
+    if not parts:
+        parts.append(
+            "SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS token_id, NULL::VARCHAR AS token "
+            "WHERE false"
+        )
+    con.execute(
+        "CREATE VIEW token_strings AS SELECT run_id, token_id, min(token) AS token "
+        f"FROM ({' UNION ALL '.join(parts)}) GROUP BY run_id, token_id"
     )
 
 
@@ -296,20 +314,13 @@ def connect(
         )
     source = f"read_parquet({_sql_list(detail)}, {HIVE})" if detail else f"({EMPTY_DETAIL})"
     _detail_views(con, source, missing)
-    strings = stats["token_strings"].consolidated + stats["token_strings"].merging
-    con.execute(
-        "CREATE VIEW token_strings AS "
-        + (
-            f"SELECT run_id, token_id, min(token) AS token FROM read_parquet("
-            f"{_sql_list(strings)}, {HIVE}) GROUP BY run_id, token_id"
-            if strings
-            else "SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS token_id, "
-            "NULL::VARCHAR AS token WHERE false"
-        )
-    )
+    _token_strings_view(con, stats["token_strings"], legacy["token_stats"])
     for name, kind in STATS.items():
         if name not in ("frequencies", "token_strings"):
-            _stats_view(con, kind, stats[name], legacy[name])
+            files = stats[name]
+            files.consolidated += legacy[name].consolidated
+            files.merging += legacy[name].merging
+            _stats_view(con, kind, files)
 
     parts = []
     counts = [p for f in (stats, legacy) for p in f["frequencies"].consolidated]
