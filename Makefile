@@ -41,12 +41,16 @@ format: install
 	$(BIN)/ruff check --fix src tests benchmarks
 
 bench: install
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/engine.py
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/engine.py --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder gpt2 --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder llama --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/attention.py --save
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/host.py
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/storage.py
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/pipeline.py
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/sql.py --rows 10M,30M
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/host.py --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/storage.py --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/pipeline.py --detail none --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/elastic.py --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/startup.py --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/sql.py --save
 	$(BIN)/python benchmarks/readme.py
 
 clean:
