@@ -4,16 +4,17 @@ The file lists come from the commit records and the newest consolidation record 
 glob over data folders), so a file that is half-written, renamed but not committed, or left
 by a crashed attempt is invisible, and every committed shard counts exactly once.
 
-Views: the statistics (``layer_stats``, ``sequence_stats``, ``token_stats``, ``token_hist``,
-``layer_hist``: consolidated files and partials merged at read time, long by measure, the
-derived ``attnres_w`` added; ``token_stats`` and ``token_hist`` with the ``token`` string of
-``token_strings``, ``token_stats_by_id`` and ``token_hist_by_id`` without it), ``tokens`` (the detail as one row per token per layer, with
-``run_id`` and a ``category``: normal, mask, cls, sep, other_special) and ``occurrences``
-(one row per token, layer-averaged) — both refuse to answer, naming the mode, when no
-selected run kept detail — ``runs`` (one row per run), ``frequencies`` (per run and per
-imported reference: token_id, token, count, rank; rank 1 = most frequent, ties share the
-lowest rank), the helper ``measures`` (the five names) and the macros ``ranked``,
-``ranked_occurrences`` and ``spearman``. Everything is generated from ``store.schema``.
+Views: the statistics (``layer_stats``, ``sequence_stats``, ``token_stats``,
+``token_hist``, ``layer_hist``: consolidated files and partials merged at read time, long
+by measure, the derived ``attnres_w`` added; ``token_stats`` and ``token_hist`` with the
+``token`` string of ``token_strings``, ``token_stats_by_id`` and ``token_hist_by_id``
+without it), ``tokens`` (the detail as one row per token per layer, with ``run_id`` and a
+``category``: normal, mask, cls, sep, other_special) and ``occurrences`` (one row per
+token, layer-averaged) — both refuse to answer, naming the mode, when no selected run kept
+detail — ``runs`` (one row per run), ``frequencies`` (per run and per imported reference:
+token_id, token, count, rank; rank 1 = most frequent, ties share the lowest rank), the
+helper ``measures`` (the five names) and the macros ``ranked``, ``ranked_occurrences`` and
+``spearman``. Everything is generated from ``store.schema``.
 """
 
 from __future__ import annotations
