@@ -175,7 +175,8 @@ def main() -> None:
         f"\nOverhead run(1 actor) / in-process **{over:.2f}** (goal >= 0.9; wall-clock rates "
         f"include Ray start, actor start and model load), scaling 2 vs 1 actor {scale:.2f} "
         f"wall clock, {busy_scale:.2f} on shard work; detail bytes per token-layer row "
-        f"{detail_bytes / max(rows, 1):.2f}, statistics {stats_bytes:,} bytes (consolidated)."
+        f"{f'{detail_bytes / rows:.2f}' if detail_bytes and rows else '— (no detail)'}, "
+        f"statistics {stats_bytes:,} bytes (consolidated)."
     )
     publish("pipeline", lines, args.save)
 
