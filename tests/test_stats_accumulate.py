@@ -31,8 +31,8 @@ def _close(got: float, want: float) -> bool:
 
 
 @pytest.fixture(scope="module")
-def shard():
-    """(the blocks as added, the tables of the shard)."""
+def written():
+    """(the blocks as added, the shard's tables as written: singleton NULLs in place)."""
     rng = np.random.default_rng(11)
     seqs = sf.make_sequences(rng, 45, pairs=True, unk_every=4)
     encoded, measures = sf.shard_arrays(seqs, LAYERS, rng)
@@ -47,11 +47,14 @@ def shard():
         for b in blocks:
             acc.add(b)
         tables = acc.tables()
-    raw["token_stats"] = tables["token_stats"]
+    return blocks, tables
+
+
+@pytest.fixture(scope="module")
+def shard(written):
+    """(the blocks as added, the tables of the shard as every reader sees them: rows)."""
+    blocks, tables = written
     return blocks, {k: restore(STATS[k], t).to_pylist() for k, t in tables.items()}
-
-
-raw: dict = {}  # the shard's tables as written (singleton NULLs in place)
 
 
 def _occurrences(blocks: list[TokenBlock]):
@@ -98,12 +101,12 @@ def test_token_and_layer_moments_equal_brute_force(shard):
                 assert r[f"{m}_min"] == min(v) and r[f"{m}_max"] == max(v), (name, r, m)
 
 
-def test_singleton_rows_are_null_where_n_is_1_and_restore_exactly(shard):
+def test_singleton_rows_are_null_where_n_is_1_and_restore_exactly(written, shard):
     """A shard's token_stats leaves Σ², min and max NULL exactly on its n = 1 rows (schema
     4), and the restored values are the dense ones bit for bit (checked above against the
     brute force; here against Σ itself)."""
     _, tables = shard
-    table = raw["token_stats"]
+    table = written[1]["token_stats"]
     n = table["n"].to_numpy()
     assert 0 < (n == 1).sum() < len(n)  # both kinds of row are present
     for m in STORED_MEASURES:

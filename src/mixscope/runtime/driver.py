@@ -235,7 +235,6 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
     committed = manifest.commits(layout, run_id)
     pending = [s for s in plan.shards if s.shard_id not in committed]
     invocation = {"started_at": now(), "pending": len(pending), "done": 0, "failed": 0, "tokens": 0}
-    n_before = len(record.invocations)
     record = write_run(
         layout, replace(record, invocations=(*record.invocations, invocation), status="running")
     )
@@ -283,21 +282,20 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
     finally:
         progress.close()
         seconds = time.time() - started
-        invocation.update(
-            {
-                "finished_at": now(),
-                "done": done_now,
-                "failed": len(errors),
-                "tokens": tokens_now,
-                "seconds": round(seconds, 3),
-            }
-        )
+        finished = {
+            **invocation,
+            "finished_at": now(),
+            "done": done_now,
+            "failed": len(errors),
+            "tokens": tokens_now,
+            "seconds": round(seconds, 3),
+        }
         complete = len(committed) == len(plan.shards)
         record = write_run(
             layout,
             replace(
                 record,
-                invocations=(*record.invocations[:n_before], invocation),
+                invocations=(*record.invocations[:-1], finished),  # this one, finished
                 status="complete" if complete else ("failed" if errors else "incomplete"),
                 shards_done=len(committed),
                 shards_failed=len(errors),

@@ -112,8 +112,16 @@ def _detail_views(con: Any, source: str, missing: str | None) -> None:
 STRINGS_APART = 4
 
 
-def _file_parts(kind: StatsKind, files: consolidation.StatsFiles) -> list[str]:
-    """SELECTs of ``files``: consolidated ones as they are, the rest merged by key."""
+def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> None:
+    """The view ``kind.name``: the statistics of every committed shard once; long by measure.
+
+    A consolidated run's file has one row per key and is read as it is; the files of a run
+    with partials not yet consolidated are merged here (sums, mins, maxes by key). Moment
+    tables get one row per key and measure (``n``, ``sum``, ``sumsq``, ``min``, ``max``,
+    or ``sequences``, ``seq_sum``, ``seq_sumsq``); histograms one row per key, measure and
+    bin, where a derived measure has its source's bins (the same ranks). A kind with a
+    ``token_key`` gets its ``token`` from ``token_strings``.
+    """
     keys = ", ".join(kind.key_names)
     columns = ", ".join((*kind.key_names, *(v for v, _, _ in kind.values)))
     merged = ", ".join(
@@ -133,29 +141,14 @@ def _file_parts(kind: StatsKind, files: consolidation.StatsFiles) -> list[str]:
             f"FROM read_parquet({_sql_list(files.merging)}, {HIVE}, union_by_name = true) "
             f"GROUP BY run_id, {keys}"
         )
-    return parts
-
-
-def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> None:
-    """The view ``kind.name``: the statistics of every committed shard once; long by measure.
-
-    A consolidated run's file has one row per key and is read as it is; the files of a run
-    with partials not yet consolidated are merged here (sums, mins, maxes by key). Moment
-    tables get one row per key and measure (``n``, ``sum``, ``sumsq``, ``min``, ``max``,
-    or ``sequences``, ``seq_sum``, ``seq_sumsq``); histograms one row per key, measure and
-    bin, where a derived measure has its source's bins (the same ranks). A kind with a
-    ``token_key`` gets its ``token`` from ``token_strings``.
-    """
-    parts = _file_parts(kind, files)
-    stored = list(kind.values)
     if not parts:  # no statistics yet: the right columns, no rows
         cols = ["NULL::VARCHAR AS run_id"]
         cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t in kind.keys]
-        cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t, _ in stored]
+        cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t, _ in kind.values]
         parts.append(f"SELECT {', '.join(cols)} WHERE false")
     base = " UNION ALL ".join(parts)
     prefixes = tuple(f"{m}_" for m in STORED_MEASURES)
-    shared = [v for v, _, _ in stored if not v.startswith(prefixes)]
+    shared = [v for v, _, _ in kind.values if not v.startswith(prefixes)]
     # a kind named by token id: the view without strings first (``<kind>_by_id``, what the
     # named queries read: joining every row to its string costs them a third), then the
     # view with ``token`` (once per id in token_strings)
@@ -172,6 +165,7 @@ def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> N
             f"{', '.join(shared)} FROM ({base}) b JOIN (VALUES {values}) m(code, measure) "
             "ON b.measure = m.code"
         )
+        after_keys = shared
     else:
         power = lambda stat: 2 if stat.endswith("sumsq") else 1  # noqa: E731  Σ (f v)² = f² Σ v²
         floats = {v for v, t, _ in kind.values if t == pa.float32()}  # min, max: stay float32
@@ -189,16 +183,16 @@ def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> N
             f"{', '.join(shared)}, {wide} FROM ({base})) ON {on} "
             f"INTO NAME measure VALUE {', '.join(moments)}"
         )
+        after_keys = [*shared, "measure", *moments]
     if kind.token_key:
-        _with_strings(con, kind, view)
+        _with_strings(con, kind, view, after_keys)
 
 
-def _with_strings(con: Any, kind: StatsKind, by_id: str) -> None:
-    """The view ``kind.name``: ``by_id`` with ``token`` after its keys."""
-    cols = [r[0] for r in con.execute(f"DESCRIBE {by_id}").fetchall()]
-    keys = 1 + len(kind.key_names)  # run_id and the keys come first
-    select = [f"v.{c}" for c in cols[:keys]] + ["s.token"]
-    select += [f"v.{c}" for c in cols[keys:]]
+def _with_strings(con: Any, kind: StatsKind, by_id: str, after_keys: list[str]) -> None:
+    """The view ``kind.name``: ``by_id`` (run_id, the keys, then ``after_keys``) with
+    ``token`` after its keys."""
+    select = [f"v.{c}" for c in ("run_id", *kind.key_names)] + ["s.token"]
+    select += [f"v.{c}" for c in after_keys]
     con.execute(
         f"CREATE VIEW {kind.name} AS SELECT {', '.join(select)} FROM {by_id} v "
         f"LEFT JOIN token_strings s ON s.run_id = v.run_id AND s.token_id = v.{kind.token_key}"
@@ -296,13 +290,11 @@ def connect(
         con.execute(f"SET memory_limit = {_quote(memory_limit)}")
     runs = [r for r in load_runs(layout) if run_ids is None or r.run_id in run_ids]
     _refuse_damaged(layout, [r.run_id for r in runs])
-    # runs before schema 4 keep token strings in their token_stats / token_hist files
+    stats = consolidation.sources(layout, run_ids)
+    # runs before schema 4 keep token strings in their token_stats (and token_hist) files
     older = [r.run_id for r in runs if int(r.options.get("schema_version") or 0) < STRINGS_APART]
-    every = run_ids if run_ids is not None else layout.list_dirs(layout.runs_dir())
-    newer = [r for r in every if r not in older]
-    stats = consolidation.sources(layout, newer)
-    legacy = consolidation.sources(layout, older)
-    for files in [*stats.values(), *legacy.values()]:  # as DuckDB names them (s3://…)
+    legacy = consolidation.sources(layout, older, kinds=("token_stats",))["token_stats"]
+    for files in [*stats.values(), legacy]:  # as DuckDB names them (s3://… on S3 roots)
         files.consolidated = [layout.uri(p) for p in files.consolidated]
         files.merging = [layout.uri(p) for p in files.merging]
     detail = [layout.uri(p) for p in manifest.committed_files(layout, "tokens", run_ids)]
@@ -316,17 +308,13 @@ def connect(
         )
     source = f"read_parquet({_sql_list(detail)}, {HIVE})" if detail else f"({EMPTY_DETAIL})"
     _detail_views(con, source, missing)
-    _token_strings_view(con, stats["token_strings"], legacy["token_stats"])
+    _token_strings_view(con, stats["token_strings"], legacy)
     for name, kind in STATS.items():
         if name not in ("frequencies", "token_strings"):
-            files = stats[name]
-            files.consolidated += legacy[name].consolidated
-            files.merging += legacy[name].merging
-            _stats_view(con, kind, files)
+            _stats_view(con, kind, stats[name])
 
     parts = []
-    counts = [p for f in (stats, legacy) for p in f["frequencies"].consolidated]
-    counts += [p for f in (stats, legacy) for p in f["frequencies"].merging]
+    counts = stats["frequencies"].consolidated + stats["frequencies"].merging
     if counts:
         parts.append(
             "SELECT run_id, NULL::VARCHAR AS reference, token_id, min(token) AS token, "

@@ -104,7 +104,6 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
     again (or after a crash) never counts a shard twice.
     """
     from mixscope.stats.accumulate import merge
-    from mixscope.stats.singletons import restore
 
     gen = latest(layout, run_id)
     commits = manifest.commits(layout, run_id)
@@ -124,7 +123,7 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
                 parts.append(layout.read_table(layout.absolute(commits[s].files[kind_name].path)))
         if not parts:
             continue
-        merged = exact(kind, merge(kind, [with_exact(kind, restore(kind, p)) for p in parts]))
+        merged = exact(kind, merge(kind, [with_exact(kind, p) for p in parts]))
         path = layout.generation_file(kind_name, run_id, nxt.generation)
         nxt.files[kind_name] = write_parquet(layout, path, merged, stats=True)
     record = f"{layout.consolidation_dir(run_id)}/{nxt.generation:06d}.json"
@@ -147,7 +146,11 @@ def _limbs(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def with_exact(kind: StatsKind, table: pa.Table) -> pa.Table:
-    """A shard's table with the exact limbs of its float sums (consolidated ones have them)."""
+    """A shard's table, its singleton NULLs restored (``stats/singletons.py``), with the
+    exact limbs of its float sums (consolidated ones have them)."""
+    from mixscope.stats.singletons import restore
+
+    table = restore(kind, table)
     for v in kind.exact_columns:
         if v + EXACT_LIMBS[0] not in table.column_names:
             hi, lo = _limbs(table[v].to_numpy())

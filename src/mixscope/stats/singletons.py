@@ -6,20 +6,16 @@ WikiText-like shard), and for a key seen once Σ², min and max are functions of
 float32 (Σ is the float64 of a float32 value: the cast back is exact). A shard's file
 leaves those columns NULL there (``StatsKind.singletons``; schema 4), which halves its
 bytes and its encoding time, and :func:`restore` (Python) and :func:`sql_value` (the SQL
-views) give every reader the dense values, bit for bit.
+views) give every reader the dense values, bit for bit; the writer's side is
+``stats.tables.kind_table(..., singleton=n == 1)``.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from mixscope.store.schema import StatsKind
-
-
-def nullable_columns(kind: StatsKind) -> frozenset[str]:
-    return frozenset(c for c, _, _ in kind.singletons)
 
 
 def restore(kind: StatsKind, table: pa.Table) -> pa.Table:
@@ -28,6 +24,8 @@ def restore(kind: StatsKind, table: pa.Table) -> pa.Table:
         if column not in table.column_names:
             continue
         values = table[column]
+        if not values.null_count and not table.schema.field(column).nullable:
+            continue  # dense already: a consolidated file, or restored before
         if values.null_count:
             s = table[source]
             fill = pc.multiply(s, s) if how == "square" else pc.cast(s, values.type)
@@ -35,11 +33,6 @@ def restore(kind: StatsKind, table: pa.Table) -> pa.Table:
         i = table.column_names.index(column)
         table = table.set_column(i, pa.field(column, values.type, nullable=False), values)
     return table
-
-
-def masked(array: np.ndarray, dtype: pa.DataType, singleton: np.ndarray) -> pa.Array:
-    """``array`` as Arrow, NULL where ``singleton`` (the writer's side of :func:`restore`)."""
-    return pa.array(array, dtype, mask=singleton)
 
 
 def sql_value(kind: StatsKind, column: str) -> str:

@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixscope.stats.singletons import masked, nullable_columns
 from mixscope.store.schema import STORED_MEASURES, StatsKind
 
 
@@ -21,16 +20,14 @@ def kind_table(
     faster than Arrow's checked ones). ``singleton`` [rows]: the rows with ``n = 1``, whose
     ``kind.singletons`` columns are left NULL (``stats/singletons.py``)."""
     fields = [f for f in kind.schema if f.name in columns]
-    nulls = nullable_columns(kind) if singleton is not None else frozenset()
+    nulls = kind.singleton_columns
     arrays = []
     for f in fields:
         c = columns[f.name]
         if isinstance(c, np.ndarray):
             c = np.ascontiguousarray(c, dtype=f.type.to_pandas_dtype())
-        if singleton is not None and f.name in nulls:
-            arrays.append(masked(c, f.type, singleton))
-        else:
-            arrays.append(pa.array(c, f.type))
+        mask = singleton if singleton is not None and f.name in nulls else None
+        arrays.append(pa.array(c, f.type, mask=mask))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=kind.schema.metadata))
 
 

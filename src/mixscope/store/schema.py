@@ -149,9 +149,14 @@ class StatsKind:
     token_key: str = ""
 
     @property
+    def singleton_columns(self) -> frozenset[str]:
+        """The columns a shard's file leaves NULL where ``n = 1``."""
+        return frozenset(c for c, _, _ in self.singletons)
+
+    @property
     def schema(self) -> pa.Schema:
         """A shard's file: float64 sums; the ``singletons`` columns nullable."""
-        nullable = {c for c, _, _ in self.singletons}
+        nullable = self.singleton_columns
         fields = [pa.field(k, t, nullable=False) for k, t in self.keys]
         fields += [pa.field(v, t, nullable=v in nullable) for v, t, _ in self.values]
         return pa.schema(fields, metadata=_META)
