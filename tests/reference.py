@@ -21,6 +21,7 @@ _BERT_LIKE = {
     "value": "attention.self.value",
     "out": "attention.output.dense",
     "ln": "attention.output.LayerNorm",
+    "ln2": "output.LayerNorm",  # after the feed-forward's residual (GlobEnc)
     "heads": "num_attention_heads",
 }
 LAYOUTS = {
@@ -35,6 +36,7 @@ LAYOUTS = {
         "value": "attention.v_lin",
         "out": "attention.out_lin",
         "ln": "sa_layer_norm",
+        "ln2": "output_layer_norm",
         "heads": "n_heads",
     },
 }
@@ -70,6 +72,8 @@ class LayerWeights:
     beta: np.ndarray  # [d]
     eps: float
     heads: int
+    gamma2: np.ndarray  # [d]  LN2 (after the feed-forward's residual)
+    eps2: float
 
 
 def layer_weights(model, layer: int) -> LayerWeights:
@@ -77,6 +81,7 @@ def layer_weights(model, layer: int) -> LayerWeights:
     block = blocks(model)[layer]
     q, k, v, o = (block.get_submodule(lay[name]) for name in ("query", "key", "value", "out"))
     ln = block.get_submodule(lay["ln"])
+    ln2 = block.get_submodule(lay["ln2"])
     return LayerWeights(
         wq=_np(q.weight).T,
         bq=_np(q.bias),
@@ -90,6 +95,8 @@ def layer_weights(model, layer: int) -> LayerWeights:
         beta=_np(ln.bias),
         eps=float(ln.eps),
         heads=int(getattr(model.config, lay["heads"])),
+        gamma2=_np(ln2.weight),
+        eps2=float(ln2.eps),
     )
 
 
@@ -100,6 +107,7 @@ class ModelRun:
     hidden: list[np.ndarray]  # hidden[l] = input of layer l, [n, d]
     ln_in: list[np.ndarray]  # real input of LN1 of layer l (captured by a hook), [n, d]
     ln_out: list[np.ndarray]  # real output of LN1 of layer l, [n, d]
+    ln2_in: list[np.ndarray]  # real input of LN2 of layer l (FF output + LN1 output), [n, d]
 
 
 @torch.no_grad()
@@ -114,21 +122,26 @@ def run_model(model, input_ids, token_type_ids=None, attention_mask=None) -> Mod
     lns = [b.get_submodule(layout(model)["ln"]) for b in blocks(model)]
     ln_in: list = [None] * len(lns)
     ln_out: list = [None] * len(lns)
+    ln2_in: list = [None] * len(lns)
     handles = []
-    for idx, ln in enumerate(lns):
+    for idx, (ln, block) in enumerate(zip(lns, blocks(model), strict=True)):
 
         def hook(_m, inp, out, idx=idx):
             ln_in[idx] = _np(inp[0][0])
             ln_out[idx] = _np(out[0])
 
+        def hook2(_m, inp, _out, idx=idx):
+            ln2_in[idx] = _np(inp[0][0])
+
         handles.append(ln.register_forward_hook(hook))
+        handles.append(block.get_submodule(layout(model)["ln2"]).register_forward_hook(hook2))
     try:
         out = model(**inputs, output_hidden_states=True)
     finally:
         for h in handles:
             h.remove()
     hidden = [_np(h[0]) for h in out.hidden_states[: len(lns)]]
-    return ModelRun(hidden=hidden, ln_in=ln_in, ln_out=ln_out)
+    return ModelRun(hidden=hidden, ln_in=ln_in, ln_out=ln_out, ln2_in=ln2_in)
 
 
 @dataclass
@@ -158,9 +171,15 @@ def _ratio(P: np.ndarray) -> np.ndarray:
 
 
 def block_reference(
-    x: np.ndarray, w: LayerWeights, mask=None, *, bias_v_inside: bool = True
+    x: np.ndarray,
+    w: LayerWeights,
+    mask=None,
+    *,
+    bias_v_inside: bool = True,
+    ln2_in: np.ndarray | None = None,
 ) -> BlockReference:
-    """All measures of one block for one sequence. ``x`` [n, d]; ``mask`` [n] 1 = real token.
+    """All measures of one block for one sequence. ``x`` [n, d]; ``mask`` [n] 1 = real token;
+    ``ln2_in`` [n, d] the real LN2 input (its s₂ divides GlobEnc's parts).
 
     ``bias_v_inside=False`` is a deliberately WRONG variant (b_V moved outside f, i.e. folded
     into the output bias) used as a negative control.
@@ -217,12 +236,18 @@ def block_reference(
     idx = np.flatnonzero(valid)
     sub = np.ix_(idx, idx)
     attn_w = 1.0 - np.array([alpha[:, i, i].mean() for i in range(n)])
+    # GlobEnc: G_ij = γ₂ ⊙ centre(F_i(x_j)) / s₂(i), s₂ the std of the real LN2 input
+    z2 = ln2_in if ln2_in is not None else z
+    s2 = np.sqrt(np.asarray(z2).var(axis=1) + w.eps2)
+    G = w.gamma2 * (F - F.mean(axis=2, keepdims=True)) / s2[:, None, None]
     measures = {
         "attn_w": attn_w[idx],
         "attn_n": _ratio(a[sub]),
         "attnres_w": attn_w[idx] / 2,
         "attnres_n": _ratio(r[sub]),
         "attnresln_n": _ratio(F[sub]),
+        "globenc_n": _ratio(G[sub]),
+        **sink_measures(alpha[np.ix_(range(H), idx, idx)], a[sub]),
     }
     pairs = {
         "attn_n": np.linalg.norm(a, axis=2)[sub],
@@ -232,14 +257,27 @@ def block_reference(
     return BlockReference(alpha, a, r, F, z, s, rebuilt, ln_of_z, measures, pairs)
 
 
+def sink_measures(alpha: np.ndarray, a: np.ndarray) -> dict[str, np.ndarray]:
+    """sink_w, sink_n of every token from α [H, n, n] and the parts a_ij [n, n, d] of the
+    real tokens only (index 0 = the first real token): ᾱ_i0 and
+    ‖a_i0‖ / (‖a_i0‖ + ‖Σ_{j≠0} a_ij‖), by the textbook formula."""
+    n = a.shape[0]
+    sink_n = np.empty(n)
+    for i in range(n):
+        own = np.linalg.norm(a[i, 0])
+        rest = np.linalg.norm(sum((a[i, j] for j in range(1, n)), np.zeros(a.shape[2])))
+        sink_n[i] = own / (own + rest)
+    return {"sink_w": alpha[:, :, 0].mean(axis=0), "sink_n": sink_n}
+
+
 @dataclass
 class SequenceReference:
     run: ModelRun
     layers: list[BlockReference]
 
-    def measures(self) -> np.ndarray:
-        """[layer, measure (MEASURES order), n_valid]."""
-        return np.stack([np.stack([b.measures[m] for m in MEASURES]) for b in self.layers])
+    def measures(self, names: tuple[str, ...] = MEASURES) -> np.ndarray:
+        """[layer, measure (``names`` order), n_valid]."""
+        return np.stack([np.stack([b.measures[m] for m in names]) for b in self.layers])
 
     def pairs(self, name: str) -> np.ndarray:
         """[layer, n, n] per-pair norms of one measure."""
@@ -253,7 +291,11 @@ def reference(
     run = run_model(model, input_ids, token_type_ids, attention_mask)
     layers = [
         block_reference(
-            run.hidden[li], layer_weights(model, li), attention_mask, bias_v_inside=bias_v_inside
+            run.hidden[li],
+            layer_weights(model, li),
+            attention_mask,
+            bias_v_inside=bias_v_inside,
+            ln2_in=run.ln2_in[li],
         )
         for li in range(len(run.hidden))
     ]

@@ -338,14 +338,25 @@ def _ratio(P: np.ndarray) -> np.ndarray:
     return out
 
 
+def _sink(alpha: np.ndarray, a: np.ndarray) -> dict[str, np.ndarray]:
+    """sink_w = ᾱ_i0, sink_n = ‖a_i0‖ / (‖a_i0‖ + ‖Σ_{j≠0} a_ij‖), textbook formula."""
+    n = a.shape[0]
+    sink_n = np.empty(n)
+    for i in range(n):
+        own = np.linalg.norm(a[i, 0])
+        rest = np.linalg.norm(sum((a[i, j] for j in range(1, n)), np.zeros(a.shape[2])))
+        sink_n[i] = own / (own + rest)
+    return {"sink_w": alpha[:, :, 0].mean(axis=0), "sink_n": sink_n}
+
+
 @dataclass
 class SequenceReference:
     layers: list[BlockReference]
     final_hidden: np.ndarray  # [n, d] output of the last block (before any final norm)
 
-    def measures(self) -> np.ndarray:
-        """[layer, measure (MEASURES order), n]."""
-        return np.stack([np.stack([b.measures[k] for k in MEASURES]) for b in self.layers])
+    def measures(self, names: tuple[str, ...] = MEASURES) -> np.ndarray:
+        """[layer, measure (``names`` order), n]."""
+        return np.stack([np.stack([b.measures[k] for k in names]) for b in self.layers])
 
     def pairs(self, name: str) -> np.ndarray:
         """[layer, n, n]."""
@@ -409,7 +420,11 @@ def reference(
             "attnres_w": attn_w / 2,
             "attnres_n": _ratio(r),
             "attnresln_n": _ratio(F),
+            **_sink(alpha, a),
         }
+        if not ref.pre_ln:  # post-LN (OPT-350m): GlobEnc carries F through LN2
+            s2 = L.ln2.scale(y + ref.mlp(L, y))  # [n, 1] the real LN2 input's
+            measures["globenc_n"] = _ratio(L.ln2.gamma * L.ln2.centre(F) / s2[:, :, None])
         pairs = {
             "attn_n": np.linalg.norm(a, axis=2),
             "attnres_n": np.linalg.norm(r, axis=2),

@@ -131,7 +131,29 @@ def test_grouped_query_heads_use_their_key_value_head():
     ref_out, _, ref_w = _brute(q, rk, rv, _keep(b, n, causal=True), 0.5)
     assert out.shape == (b, n, h, d)  # the layout attention modules expect back
     assert (out.transpose(1, 2) - ref_out).abs().max() < 1e-12
-    assert (alpha - torch.diagonal(ref_w, dim1=-2, dim2=-1)).abs().max() < 1e-12
+    assert (alpha.own - torch.diagonal(ref_w, dim1=-2, dim2=-1)).abs().max() < 1e-12
+    assert (alpha.first - ref_w[..., 0]).abs().max() < 1e-12  # α_i0: the first key's column
+
+
+def test_first_weights_follow_the_first_real_position():
+    """Left padding: α_i0 is the weight on each sequence's first *real* key, given by the
+    engine (``first_positions``), with a boolean padding mask, against the brute force."""
+    torch.manual_seed(5)
+    b, h, n, d = 3, 2, 6, 4
+    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for _ in range(3))
+    first = torch.tensor([0, 2, 4])
+    keep = torch.arange(n)[None, :] >= first[:, None]  # [b, k] real keys
+    mask = keep[:, None, None, :].expand(b, 1, n, n)  # bool keep-mask [b, 1, q, k]
+
+    class Module(torch.nn.Module):
+        is_causal = False
+
+    with FA.first_positions(first):
+        _, weights = FA.mixscope_attention_forward(Module(), q, k, v, mask, scaling=0.5)
+    _, _, ref_w = _brute(q, k, v, mask, 0.5)
+    expected = ref_w[torch.arange(b), :, :, first]  # [b, h, q]
+    assert (weights.first - expected).abs().max() < 1e-12
+    assert weights.first.sum() > 0  # not vacuous: the first real keys carry weight
 
 
 def test_dropout_is_refused():
@@ -208,7 +230,9 @@ def _hook_shapes(loaded, attention, *, pairs=False, verify=False):
     blocks = loaded.model.get_submodule(loaded.adapter.layers)
     handles = [
         b.get_submodule(loaded.adapter.attention).register_forward_hook(
-            lambda _m, _i, out: seen.append(out[1].dim())
+            lambda _m, _i, out: seen.append(
+                out[1].own.dim() if isinstance(out[1], FA.FastWeights) else out[1].dim()
+            )
         )
         for b in blocks
     ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mixscope._version import __version__
-from mixscope.measures import MEASURE_COLUMNS
+from mixscope.measures import MEASURE_COLUMNS, measure_groups
 
 __all__ = [
     "MEASURES",
@@ -18,6 +18,7 @@ __all__ = [
     "__version__",
     "analyze",
     "contribution_maps",
+    "measure_groups",
     "open",
     "to_pandas",
     "to_polars",

@@ -18,8 +18,9 @@ from mixscope.corpus.masking import MASK_COUNTS
 from mixscope.errors import MixscopeError
 from mixscope.mixing.batches import BATCH_TOKENS, run_batches
 from mixscope.mixing.engine import MixingEngine
+from mixscope.mixing.measures import parse_names, select
 from mixscope.models.loading import LoadedModel, load
-from mixscope.store.schema import MEASURE_COLUMNS, PAIR_MEASURES, TOKENS_SCHEMA
+from mixscope.store.schema import MEASURE_COLUMNS, PAIR_MEASURES, tokens_schema
 
 log = logging.getLogger("mixscope")
 
@@ -34,17 +35,12 @@ class ContributionMap:
     tokens: list[str]
     maps: dict[str, np.ndarray] = field(default_factory=dict)  # measure → [layer, seq, seq]
 
-    @property
-    def attn_n(self) -> np.ndarray:
-        return self.maps["attn_n"]
-
-    @property
-    def attnres_n(self) -> np.ndarray:
-        return self.maps["attnres_n"]
-
-    @property
-    def attnresln_n(self) -> np.ndarray:
-        return self.maps["attnresln_n"]
+    def __getattr__(self, name: str) -> np.ndarray:
+        """A map by its measure's name (``m.attnresln_n``), as ``m.maps[name]``."""
+        maps = self.__dict__.get("maps") or {}
+        if name in maps:
+            return maps[name]
+        raise AttributeError(name)
 
 
 def _prepare(
@@ -83,10 +79,12 @@ def to_table(
     seqs: Sequence[EncodedSequence],
     measures: Sequence[np.ndarray],
     tokenizer: Any,
+    columns: tuple[str, ...] = MEASURE_COLUMNS,
 ) -> pa.Table:
-    """Long-format rows (document, segment, position, layer) in ``TOKENS_SCHEMA``.
+    """Long-format rows (document, segment, position, layer) in ``tokens_schema(columns)``.
 
-    ``measures[k]`` is the [layer, measure, seq] array of ``seqs[k]``.
+    ``measures[k]`` is the [layer, measure, seq] array of ``seqs[k]``, measures in
+    ``columns`` order.
     """
     layers = measures[0].shape[0]
     lengths = np.array([len(s) for s in seqs])
@@ -106,12 +104,10 @@ def to_table(
         "layer": np.tile(np.arange(1, layers + 1, dtype=np.int16), int(lengths.sum())),
     }
     # [layer, measure, seq] → [seq, layer, measure] so rows run position-major, layer-minor
-    stacked = np.concatenate([m.transpose(2, 0, 1) for m in measures]).reshape(
-        -1, len(MEASURE_COLUMNS)
-    )
-    for k, name in enumerate(MEASURE_COLUMNS):
+    stacked = np.concatenate([m.transpose(2, 0, 1) for m in measures]).reshape(-1, len(columns))
+    for k, name in enumerate(columns):
         cols[name] = np.ascontiguousarray(stacked[:, k], dtype=np.float32)
-    return pa.Table.from_pydict(cols, schema=TOKENS_SCHEMA)
+    return pa.Table.from_pydict(cols, schema=tokens_schema(columns))
 
 
 def analyze(
@@ -130,6 +126,7 @@ def analyze(
     padding_side: str | None = None,
     attention: str = "auto",
     batch_tokens: int | None = BATCH_TOKENS,
+    measures: Any = None,
 ) -> pa.Table:
     """Context-mixing measures of every token and layer of ``texts``.
 
@@ -150,7 +147,18 @@ def analyze(
     weights are read (``verify``). Batches hold at most ``batch_size`` sequences and
     ``batch_tokens`` tokens; on CUDA out-of-memory a batch is halved and retried (see
     :func:`mixscope.mixing.batches.run_batches`).
+    ``measures``: the measure groups to compute (``["paper", "globenc", "sink"]``, a
+    comma-separated string, or ``"all"``: every group that applies to the model; default
+    the paper's); a group named explicitly that does not apply to the model raises a
+    :class:`~mixscope.errors.MixscopeError` before any work. One float32 column per
+    measure of the selected groups (``mixscope.measure_groups()`` lists them).
     """
+    names = parse_names(measures)  # an unknown group: before anything
+    if isinstance(model, str):  # a group that does not apply: before the weights load
+        from mixscope.models.adapters import adapter_for_config
+        from mixscope.models.loading import load_config
+
+        select(names, adapter_for_config(load_config(model, revision=revision)))
     loaded, seqs = _prepare(
         model,
         texts,
@@ -163,11 +171,12 @@ def analyze(
         seed=seed,
         mask_count=mask_count,
     )
-    engine = MixingEngine(loaded, verify=verify, attention=attention)
+    engine = MixingEngine(loaded, verify=verify, attention=attention, measures=names)
     results = run_batches(
         engine, seqs, batch_size, batch_tokens=batch_tokens, padding_side=padding_side
     )
-    return to_table(seqs, [m for m, _ in results], loaded.tokenizer)
+    columns = engine.measure_set.columns
+    return to_table(seqs, [m for m, _ in results], loaded.tokenizer, columns)
 
 
 def contribution_maps(

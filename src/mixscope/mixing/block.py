@@ -13,6 +13,16 @@ import torch
 
 
 @dataclass
+class NormParams:
+    """A normalization's weights (float statistics dtype): what its distributive split needs."""
+
+    gamma: torch.Tensor  # [hidden]  norm weight (ones when the norm has none)
+    beta: torch.Tensor  # [hidden]   norm bias (zeros for RMSNorm)
+    eps: float
+    norm_kind: Literal["layer", "rms"]
+
+
+@dataclass
 class BlockParams:
     """The weights of one block that the decomposition needs (float statistics dtype)."""
 
@@ -24,6 +34,9 @@ class BlockParams:
     norm_kind: Literal["layer", "rms"]
     heads: int
     kv_heads: int
+    #: the norm after the feed-forward's residual sum of a post-LN block (LN2), where a
+    #: selected group reads it (``Adapter.ff_norm``); None otherwise
+    ff_norm: NormParams | None = None
 
     @property
     def head_dim(self) -> int:
@@ -46,6 +59,12 @@ class BlockTensors:
     # The full attention weights (eager path only: per-pair maps and the exactness check read
     # them whole); None on the fast path, which never builds a [seq, seq] tensor.
     alpha: torch.Tensor | None = None  # [batch, heads, seq, seq]  rows = queries
+    # α^h_i0: each token's weight on the sequence's first real position (BatchInfo.first)
+    alpha_first: torch.Tensor | None = None  # [batch, heads, seq]
+    # the real input and output of the norm after the feed-forward (post-LN LN2), where a
+    # selected group's exactness check reads them
+    ff_norm_in: torch.Tensor | None = None  # [batch, seq, hidden]
+    ff_norm_out: torch.Tensor | None = None  # [batch, seq, hidden]
 
     def full_alpha(self) -> torch.Tensor:
         """The full weights [batch, heads, seq, seq]; only the eager path captures them."""
@@ -98,8 +117,8 @@ def centre_(t: torch.Tensor, norm_kind: str) -> torch.Tensor:
     return t.sub_(t.mean(dim=-1, keepdim=True))
 
 
-def norm_scale(z: torch.Tensor, p: BlockParams) -> torch.Tensor:
-    """The shared denominator s(z_i) of the real norm: [batch, seq, 1]."""
+def norm_scale(z: torch.Tensor, p: BlockParams | NormParams) -> torch.Tensor:
+    """The shared denominator s(z_i) of the real norm ``p``: [batch, seq, 1]."""
     if p.norm_kind == "rms":
         return torch.sqrt(z.pow(2).mean(dim=-1, keepdim=True) + p.eps)
     return torch.sqrt(z.var(dim=-1, unbiased=False, keepdim=True) + p.eps)

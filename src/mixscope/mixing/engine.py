@@ -22,17 +22,19 @@ import torch
 
 from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
-from mixscope.mixing.block import BlockParams, BlockTensors, select_values
-from mixscope.mixing.exactness import check_exactness
-from mixscope.mixing.fast_attention import FAST_ATTENTION, register, release_masks
+from mixscope.mixing.block import BlockParams, BlockTensors, NormParams
+from mixscope.mixing.capture import BASE, Capture
+from mixscope.mixing.exactness import check_residuals
+from mixscope.mixing.fast_attention import FAST_ATTENTION, first_positions, register, release_masks
+from mixscope.mixing.measures import GROUPS, MeasureSet, Selection, select
+from mixscope.mixing.measures.base import BatchInfo, Workspace
 from mixscope.mixing.pairs import pair_norms
-from mixscope.mixing.ratios import token_measures
 from mixscope.models.loading import LoadedModel
 
 
 @dataclass
 class EngineOutput:
-    measures: torch.Tensor  # [batch, layer, measure, seq] float32 on CPU (MEASURE_ORDER)
+    measures: torch.Tensor  # [batch, layer, measure, seq] float32 on CPU (MeasureSet.columns)
     pairs: torch.Tensor | None  # [batch, layer, measure, seq, seq] float32 (PAIR_MEASURES)
     max_exactness_error: float | None  # largest identity residual seen (verify only)
 
@@ -60,7 +62,12 @@ class MixingEngine:
     """Decomposes every block of one loaded model; a plain class (no Ray), reused per batch."""
 
     def __init__(
-        self, loaded: LoadedModel, *, verify: bool = False, attention: str = "auto"
+        self,
+        loaded: LoadedModel,
+        *,
+        verify: bool = False,
+        attention: str = "auto",
+        measures: Any = None,
     ) -> None:
         if attention not in ATTENTION_MODES:
             raise MixscopeError(
@@ -74,6 +81,12 @@ class MixingEngine:
         self.loaded = loaded
         self.verify = verify
         self.attention = attention
+        # the selected groups (``measures``: names, "all", or a resolved Selection); a
+        # group named explicitly that does not apply to the model is refused here
+        self.selection: Selection = (
+            measures if isinstance(measures, Selection) else select(measures, loaded.adapter)
+        )
+        self.groups = [GROUPS[n] for n in self.selection.groups]
         if attention != "eager":
             register()
         # batch · width (tokens) that last ran out of device memory; run_batches keeps
@@ -112,6 +125,24 @@ class MixingEngine:
     def num_layers(self) -> int:
         return len(self.blocks)
 
+    @property
+    def measure_set(self) -> MeasureSet:
+        """The columns of the engine's output, in order."""
+        return self.selection.measures
+
+    def _norm_params(self, norm: Any, hidden: int, device: torch.device) -> NormParams:
+        """A norm's weights in statistics dtype (ones / zeros where it has none)."""
+        sd = self.stat_dtype
+        gamma = getattr(norm, "weight", None)  # None: a norm without elementwise affine
+        beta = getattr(norm, "bias", None)
+        zeros = torch.zeros(hidden, dtype=sd, device=device)
+        return NormParams(
+            gamma=gamma.detach().to(sd) if gamma is not None else torch.ones_like(zeros),
+            beta=beta.detach().to(sd) if beta is not None else zeros,
+            eps=float(getattr(norm, self.loaded.adapter.norm_eps_attr)),
+            norm_kind=self.loaded.adapter.norm_kind,
+        )
+
     def _block_params(self, block: Any, norm: Any, heads: int, kv_heads: int) -> BlockParams:
         a = self.loaded.adapter
         out_proj = block.get_submodule(a.out_proj)
@@ -122,18 +153,22 @@ class MixingEngine:
         w_out = w_out.to(sd).contiguous()  # [hidden, heads * head_dim]
         hidden = w_out.shape[0]
         b_out = getattr(out_proj, "bias", None)
-        gamma = getattr(norm, "weight", None)  # None: a norm without elementwise affine
-        beta = getattr(norm, "bias", None)
-        zeros = torch.zeros(hidden, dtype=sd, device=w_out.device)
+        n = self._norm_params(norm, hidden, w_out.device)
+        ff_norm = None
+        if a.ff_norm is not None and any(
+            "ff_norm" in g.needs | g.verify_needs for g in self.groups
+        ):
+            ff_norm = self._norm_params(block.get_submodule(a.ff_norm), hidden, w_out.device)
         return BlockParams(
             w_out=w_out,
-            b_out=b_out.detach().to(sd) if b_out is not None else zeros,
-            gamma=gamma.detach().to(sd) if gamma is not None else torch.ones_like(zeros),
-            beta=beta.detach().to(sd) if beta is not None else zeros,
-            eps=float(getattr(norm, a.norm_eps_attr)),
-            norm_kind=a.norm_kind,
+            b_out=b_out.detach().to(sd) if b_out is not None else torch.zeros_like(n.beta),
+            gamma=n.gamma,
+            beta=n.beta,
+            eps=n.eps,
+            norm_kind=n.norm_kind,
             heads=heads,
             kv_heads=kv_heads,
+            ff_norm=ff_norm,
         )
 
     def no_context(self, valid: torch.Tensor) -> torch.Tensor:
@@ -156,6 +191,39 @@ class MixingEngine:
             return "eager"
         return FAST_ATTENTION
 
+    def batch_info(self, valid: torch.Tensor) -> BatchInfo:
+        """The padding layout every block of a batch shares (``valid`` [batch, seq] bool)."""
+        first = valid.long().argmax(dim=-1)  # [batch] the first real position
+        return BatchInfo(valid=valid, no_context=self.no_context(valid), first=first)
+
+    def _finish(self, idx: int, store: dict[str, Any], out: list[Any], pairs: bool) -> None:
+        """A block's measures from what its hooks kept (``out``: per-layer results)."""
+        sd = self.stat_dtype
+        batch: BatchInfo = store["batch"]
+        x = store.get("x")
+        t = BlockTensors(
+            x=x,
+            values=store["values"].to(sd),
+            alpha_self=store["alpha_self"],
+            alpha=store.get("alpha"),
+            attn_out=store["attn_out"],
+            z=store.get("z"),
+            y=store.get("y"),
+            extra=store.get("extra"),
+            alpha_first=store.get("alpha_first"),
+            ff_norm_in=store.get("ff_norm_in"),
+            ff_norm_out=store.get("ff_norm_out"),
+        )
+        p = self.params[idx]
+        if self.verify:
+            residuals = [r for g in self.groups for r in g.check(t, p, batch)]
+            out[2].append(check_residuals(residuals, self.model_dtype, idx + 1, self.norm_dtype))
+        work = Workspace()
+        parts = [g.compute(t, p, batch, work) for g in self.groups]  # [k, batch, seq] each
+        out[0][idx] = torch.cat(parts).float()  # [measure, batch, seq]
+        if pairs:
+            out[1][idx] = pair_norms(t, p, causal=self.loaded.adapter.causal).float()
+
     @torch.inference_mode()
     def run(
         self,
@@ -165,88 +233,21 @@ class MixingEngine:
         *,
         pairs: bool = False,
     ) -> EngineOutput:
-        """One forward pass; the measures of every block for every position."""
+        """One forward pass; the selected groups' measures of every block for every position."""
         implementation = self.implementation(pairs)
         model = self.loaded.model
         a = self.loaded.adapter
         device = next(model.parameters()).device
         valid = attention_mask.to(device).bool()  # [batch, seq]
-        no_context = self.no_context(valid)  # [batch, seq]
-        padded = not bool(valid.all())
-        per_layer: list[torch.Tensor | None] = [None] * self.num_layers
-        per_layer_pairs: list[torch.Tensor | None] = [None] * self.num_layers
-        max_err: list[float] = []
-        handles = []
-        sd = self.stat_dtype
-
-        for idx, block in enumerate(self.blocks):
-            store: dict[str, torch.Tensor] = {}
-            p = self.params[idx]
-
-            def on_block_input(_m, args, kwargs, store=store):
-                hidden = args[0] if args else kwargs["hidden_states"]
-                store["x"] = hidden
-
-            def on_values(_m, _inp, out, store=store, p=p):
-                store["values"] = select_values(out, a.value_layout, p.heads, p.head_dim)
-
-            def on_attention(_m, _inp, out, store=store):
-                weights = out[1] if isinstance(out, tuple | list) and len(out) > 1 else None
-                if weights is None:
-                    raise MixscopeError(
-                        "the attention module returned no attention weights; this model's "
-                        "attention does not go through transformers' attention interface"
-                    )
-                # fast path: α_ii [batch, heads, seq]; eager: α [batch, heads, seq, seq]
-                store["alpha"] = weights
-                if padded:
-                    # A query row with every key masked (left padding) can come out NaN (a
-                    # float64 mask overflows to -inf in a float32 softmax); NaN values at a
-                    # padded position would reach real tokens as 0 · NaN in the next layer.
-                    # Zero the padded rows: real tokens never read them (α = 0 exactly).
-                    return (out[0].masked_fill(~valid.unsqueeze(-1), 0.0), *out[1:])
-                return None
-
-            def on_out_proj(_m, _inp, out, store=store):
-                store["attn_out"] = out
-
-            def on_mlp(_m, _inp, out, store=store):
-                store["extra"] = out
-
-            def on_norm(_m, inp, out, store=store, idx=idx, p=p):
-                x = store.pop("x").to(sd)
-                extra = store.pop("extra", None)
-                alpha = store.pop("alpha")
-                full = alpha.dim() == 4
-                t = BlockTensors(
-                    x=x,
-                    values=store.pop("values").to(sd),
-                    alpha_self=torch.diagonal(alpha, dim1=-2, dim2=-1) if full else alpha,
-                    # the full α in statistics dtype only where it is read whole
-                    alpha=alpha.to(sd) if full and (pairs or self.verify) else None,
-                    attn_out=store.pop("attn_out").to(sd),
-                    z=inp[0].reshape(x.shape).to(sd),  # OPT normalizes a [batch·seq, hidden] view
-                    y=out.reshape(x.shape).to(sd),
-                    extra=extra.to(sd) if extra is not None else None,
-                )
-                if self.verify:
-                    max_err.append(
-                        check_exactness(t, p, valid, self.model_dtype, idx + 1, self.norm_dtype)
-                    )
-                per_layer[idx] = token_measures(t, p, no_context).float()  # [measure, batch, seq]
-                if pairs:
-                    per_layer_pairs[idx] = pair_norms(t, p, causal=a.causal).float()
-
-            handles += [
-                block.register_forward_pre_hook(on_block_input, with_kwargs=True),
-                block.get_submodule(a.value).register_forward_hook(on_values),
-                block.get_submodule(a.attention).register_forward_hook(on_attention),
-                block.get_submodule(a.out_proj).register_forward_hook(on_out_proj),
-                self.norms[idx].register_forward_hook(on_norm),
-            ]
-            if a.parallel_residual:
-                assert a.mlp is not None
-                handles.append(block.get_submodule(a.mlp).register_forward_hook(on_mlp))
+        batch = self.batch_info(valid)
+        # the block's own tensors always (holding references costs nothing), then what
+        # the groups read besides
+        needs = BASE.union(*(g.needs for g in self.groups))
+        if self.verify:
+            needs |= frozenset().union(*(g.verify_needs for g in self.groups))
+        capture = Capture(self, needs, full_alpha=pairs or self.verify)
+        # per-layer measures, per-layer maps, exactness residuals
+        out: list[Any] = [[None] * self.num_layers, [None] * self.num_layers, []]
 
         inputs: dict[str, Any] = {
             "input_ids": input_ids.to(device),
@@ -260,14 +261,17 @@ class MixingEngine:
         was_training = model.training
         model.eval()
         try:
-            with attention_implementation(model, implementation):
+            with (
+                capture.hooks(batch, lambda idx, store: self._finish(idx, store, out, pairs)),
+                first_positions(batch.first),
+                attention_implementation(model, implementation),
+            ):
                 model(**inputs)
         finally:
-            for h in handles:
-                h.remove()
             release_masks()
             model.train(was_training)
 
+        per_layer, per_layer_pairs, max_err = out
         ran = [m for m in per_layer if m is not None]
         if len(ran) != len(per_layer):
             raise MixscopeError("some blocks did not run; the adapter does not match this model")

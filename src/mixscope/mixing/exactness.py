@@ -1,4 +1,6 @@
-"""The exactness identity of docs/method.md §2, checked on the real block sum and norm output.
+"""Exactness identities: what a group's parts rebuild, against the model's real tensors.
+
+The paper group's (docs/method.md §2), on the real block sum and norm output:
 
 Σ_j r_ij + b_O (+ m_i) == z_i (the real input of the norm) and
 Σ_j F_i(x_j) + γ ⊙ centre(b_O) / s(z_i) + β == x̃_i (its real output), with every Σ_j
@@ -23,12 +25,13 @@ from mixscope.mixing.block import (
     norm_scale,
     per_head_transformed,
 )
+from mixscope.mixing.measures.base import Residual
 
 #: max |rebuilt − real| allowed, by the dtype the model computes in
 TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-4, torch.bfloat16: 0.15, torch.float16: 2e-2}
 
 
-def _attention_sum(t: BlockTensors, p: BlockParams) -> torch.Tensor:
+def attention_sum(t: BlockTensors, p: BlockParams) -> torch.Tensor:
     """Σ_j a_ij rebuilt from α and the per-head vectors: [batch, seq, hidden]."""
     f = per_head_transformed(t, p)  # [batch, heads, seq, hidden]
     return torch.einsum("bhij,bhjd->bid", t.full_alpha(), f)
@@ -36,65 +39,44 @@ def _attention_sum(t: BlockTensors, p: BlockParams) -> torch.Tensor:
 
 def rebuilt_norm_input(t: BlockTensors, p: BlockParams) -> torch.Tensor:
     """Σ_j r_ij + b_O (+ m_i): what the norm input z must be. [batch, seq, hidden]."""
-    return _attention_sum(t, p) + p.b_out + t.own_residual()
+    return attention_sum(t, p) + p.b_out + t.own_residual()
 
 
 def rebuilt_norm_output(t: BlockTensors, p: BlockParams) -> torch.Tensor:
     """Σ_j F_i(x_j) + bias terms: what the norm output must be. [batch, seq, hidden]."""
-    summed = _attention_sum(t, p)  # Σ_j a_ij         [batch, seq, hidden]
+    summed = attention_sum(t, p)  # Σ_j a_ij         [batch, seq, hidden]
     s = norm_scale(t.z, p)  # [batch, seq, 1]
     parts = p.gamma * centre(summed + t.own_residual(), p.norm_kind) / s  # Σ_j F_i(x_j)
     return parts + p.gamma * centre(p.b_out, p.norm_kind) / s + p.beta
 
 
-def _relative(rebuilt: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """|rebuilt − real| / max(1, max|real|) per token: [batch, seq]."""
-    scale = real.abs().amax(dim=-1).clamp_min(1.0)
-    return (rebuilt - real).abs().amax(dim=-1) / scale
-
-
-def _worst(diff: torch.Tensor, valid: torch.Tensor) -> float:
-    diff = diff[valid]
+def relative_error(rebuilt: torch.Tensor, real: torch.Tensor, valid: torch.Tensor) -> float:
+    """The largest ``|rebuilt − real| / max(1, max|real|)`` of a token over the valid ones."""
+    scale = real.abs().amax(dim=-1).clamp_min(1.0)  # [batch, seq]
+    diff = ((rebuilt - real).abs().amax(dim=-1) / scale)[valid]
     return float(diff.max()) if diff.numel() else 0.0
 
 
-def exactness_errors(t: BlockTensors, p: BlockParams, valid: torch.Tensor) -> tuple[float, float]:
-    """Largest relative errors of the rebuilt z and of the rebuilt norm output (valid tokens)."""
-    return (
-        _worst(_relative(rebuilt_norm_input(t, p), t.z), valid),
-        _worst(_relative(rebuilt_norm_output(t, p), t.y), valid),
-    )
-
-
-def exactness_error(t: BlockTensors, p: BlockParams, valid: torch.Tensor) -> float:
-    """Largest relative error of the rebuilt z and norm output over the valid tokens."""
-    return max(exactness_errors(t, p, valid))
-
-
-def check_exactness(
-    t: BlockTensors,
-    p: BlockParams,
-    valid: torch.Tensor,
+def check_residuals(
+    residuals: list[Residual],
     model_dtype: torch.dtype,
     layer: int,
     norm_dtype: torch.dtype | None = None,
 ) -> float:
-    """Raise :class:`ExactnessError` when the identity fails beyond the dtype's tolerance.
+    """Raise :class:`ExactnessError` when a residual exceeds its dtype's tolerance; the
+    largest residual otherwise.
 
     ``norm_dtype``: the dtype the norm really computes in when it differs from the model's
-    (Llama's RMSNorm computes in float32 even in a float64 model): the norm output is held
-    to that dtype's tolerance, the block sum z to the model's.
+    (Llama's RMSNorm computes in float32 even in a float64 model): a residual marked
+    ``norm`` is held to that dtype's tolerance, the others to the model's.
     """
-    z_err, y_err = exactness_errors(t, p, valid)
-    z_tol = TOLERANCE.get(model_dtype, 1e-4)
-    y_tol = max(z_tol, TOLERANCE.get(norm_dtype, z_tol)) if norm_dtype is not None else z_tol
-    for what, err, tol in (
-        ("Σ_j r_ij + b_O − z", z_err, z_tol),
-        ("Σ_j F_i(x_j) + bias − norm output", y_err, y_tol),
-    ):
-        if not err <= tol:  # also catches NaN
+    tol = TOLERANCE.get(model_dtype, 1e-4)
+    norm_tol = max(tol, TOLERANCE.get(norm_dtype, tol)) if norm_dtype is not None else tol
+    for r in residuals:
+        limit = norm_tol if r.norm else tol
+        if not r.error <= limit:  # also catches NaN
             raise ExactnessError(
-                f"exactness identity fails at layer {layer}: max relative |{what}| = {err:.3g} "
-                f"> {tol:g}; the decomposition does not rebuild this model's block"
+                f"exactness identity fails at layer {layer}: max relative |{r.what}| = "
+                f"{r.error:.3g} > {limit:g}; the decomposition does not rebuild this model's block"
             )
-    return max(z_err, y_err)
+    return max((r.error for r in residuals), default=0.0)

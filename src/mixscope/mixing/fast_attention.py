@@ -9,8 +9,9 @@ log-sum-exp of each query row, ``LSE_i = log Σ_j exp(s_ij + m_ij)``, so
 costs O(seq · head_dim) per head and no [seq, seq] tensor is ever kept. Registered with
 transformers' ``AttentionInterface`` (and its mask interface, with SDPA's masks), the one
 function serves every family that routes attention through ``ALL_ATTENTION_FUNCTIONS``:
-it returns ``(output [batch, seq, heads, head_dim], α_ii [batch, heads, seq])`` where the
-eager path returns the full weights, and the engine's hook reads either.
+it returns ``(output [batch, seq, heads, head_dim], FastWeights)`` — α_ii and α_i0 (the
+sequence's first real position, from q_i · k_0 the same way), each [batch, heads, seq] —
+where the eager path returns the full weights, and the engine's hook reads either.
 
 Kernels, by device: CPU ``_scaled_dot_product_flash_attention_for_cpu`` (masks, every
 float dtype); CUDA ``_scaled_dot_product_flash_attention`` (no mask, half precision) or
@@ -21,10 +22,12 @@ LSE (O(chunk · seq) memory per head, one extra q·k product).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -66,6 +69,30 @@ def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor
     )
     _converted[:] = [weakref.ref(mask), dtype, out]
     return out
+
+
+@dataclass(frozen=True)
+class FastWeights:
+    """What the fast implementation returns where eager returns the full weights: the
+    weights each token gives itself and the sequence's first real position."""
+
+    own: torch.Tensor  # α_ii [batch, heads, seq]
+    first: torch.Tensor  # α_i0 [batch, heads, seq]
+
+
+# the first real position of each sequence of the batch being run ([batch] long), set by
+# the engine around its forward (left padding moves it); None: position 0
+_first: list[torch.Tensor | None] = [None]
+
+
+@contextlib.contextmanager
+def first_positions(first: torch.Tensor | None) -> Iterator[None]:
+    """The first real position [batch] of each sequence, for the forward inside."""
+    _first[0] = first
+    try:
+        yield
+    finally:
+        _first[0] = None
 
 
 def release_masks() -> None:
@@ -185,6 +212,30 @@ def attention_with_lse(
     return _fallback(query, key, value, mask, scale, is_causal)
 
 
+def _weights_at(
+    query: torch.Tensor,  # [batch, heads, seq, head_dim]
+    keys: torch.Tensor,  # [batch, kv_heads, seq, head_dim]: the key each query row weighs
+    mask_at: torch.Tensor | None,  # that key's mask entry per row, [batch | 1, 1 | heads, seq]
+    lse: torch.Tensor,  # [batch, heads, seq]
+    scale: float,
+) -> torch.Tensor:
+    """α_{i,k(i)} = exp(s_{i,k(i)} + m_{i,k(i)} − LSE_i): [batch, heads, seq] (float32;
+    float64 for float64 inputs)."""
+    work = lse.dtype if lse.dtype == torch.float64 else torch.float32
+    batch, heads, seq, dim = query.shape
+    kv = keys.shape[1]
+    q = query.to(work).reshape(batch, kv, heads // kv, seq, dim)  # heads grouped by kv head
+    s = (q * keys.to(work).unsqueeze(2)).sum(-1).reshape(batch, heads, seq) * scale
+    if mask_at is not None:
+        if mask_at.dtype == torch.bool:
+            s = s.masked_fill(~mask_at, float("-inf"))
+        else:
+            s = s + mask_at.to(work)
+    lse = lse.to(work)
+    # a fully masked row (a padded query) has no weights: 0, whatever its kernel's LSE says
+    return torch.where(torch.isfinite(lse), torch.exp(s - lse), 0.0)
+
+
 def self_weights(
     query: torch.Tensor,  # [batch, heads, seq, head_dim]
     key: torch.Tensor,  # [batch, kv_heads, seq, head_dim]
@@ -193,20 +244,29 @@ def self_weights(
     scale: float,
 ) -> torch.Tensor:
     """α_ii = exp(s_ii + m_ii − LSE_i): [batch, heads, seq] (float32; float64 for float64)."""
-    work = lse.dtype if lse.dtype == torch.float64 else torch.float32
-    batch, heads, seq, dim = query.shape
-    kv = key.shape[1]
-    q = query.to(work).reshape(batch, kv, heads // kv, seq, dim)  # heads grouped by kv head
-    s_self = (q * key.to(work).unsqueeze(2)).sum(-1).reshape(batch, heads, seq) * scale
+    diag = None if mask is None else torch.diagonal(mask, dim1=-2, dim2=-1)  # [b|1, 1|h, seq]
+    return _weights_at(query, key, diag, lse, scale)
+
+
+def first_weights(
+    query: torch.Tensor,  # [batch, heads, seq, head_dim]
+    key: torch.Tensor,  # [batch, kv_heads, seq, head_dim]
+    mask: torch.Tensor | None,  # bool keep-mask or additive, [batch | 1, 1 | heads, seq, seq]
+    lse: torch.Tensor,  # [batch, heads, seq]
+    scale: float,
+    first: torch.Tensor | None,  # [batch] the first real position; None: 0
+) -> torch.Tensor:
+    """α_i0 = exp(s_i0 + m_i0 − LSE_i), 0 the first real position: [batch, heads, seq]."""
+    batch, kv, seq, dim = key.shape
+    if first is None:
+        first = torch.zeros(batch, dtype=torch.long, device=key.device)
+    rows = torch.arange(batch, device=key.device)
+    k0 = key[rows, :, first].unsqueeze(2).expand(batch, kv, seq, dim)  # [batch, kv, seq, dim]
+    column = None
     if mask is not None:
-        diag = torch.diagonal(mask, dim1=-2, dim2=-1)  # [batch | 1, 1 | heads, seq]
-        if diag.dtype == torch.bool:
-            s_self = s_self.masked_fill(~diag, float("-inf"))
-        else:
-            s_self = s_self + diag.to(work)
-    lse = lse.to(work)
-    # a fully masked row (a padded query) has no weights: 0, whatever its kernel's LSE says
-    return torch.where(torch.isfinite(lse), torch.exp(s_self - lse), 0.0)
+        m = mask.expand(batch, *mask.shape[1:])  # [batch, 1 | heads, q, k]
+        column = m[rows, :, :, first]  # [batch, 1 | heads, q]
+    return _weights_at(query, k0, column, lse, scale)
 
 
 def mixscope_attention_forward(
@@ -219,8 +279,9 @@ def mixscope_attention_forward(
     scaling: float | None = None,
     is_causal: bool | None = None,
     **kwargs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """An ``AttentionInterface`` function: (output [batch, seq, heads, head_dim], α_ii).
+) -> tuple[torch.Tensor, FastWeights]:
+    """An ``AttentionInterface`` function: (output [batch, seq, heads, head_dim], α_ii and
+    α_i0 as :class:`FastWeights`).
 
     Same masking rules as transformers' SDPA forward; inference only (dropout must be 0).
     """
@@ -237,7 +298,8 @@ def mixscope_attention_forward(
     causal = bool(causal) and attention_mask is None and query.shape[2] > 1
     out, lse = attention_with_lse(query, key, value, attention_mask, scale, causal)
     alpha_self = self_weights(query, key, attention_mask, lse, scale)  # [batch, heads, seq]
-    return out.transpose(1, 2).contiguous(), alpha_self
+    alpha_first = first_weights(query, key, attention_mask, lse, scale, _first[0])
+    return out.transpose(1, 2).contiguous(), FastWeights(alpha_self, alpha_first)
 
 
 def register() -> None:

@@ -64,6 +64,9 @@ class Adapter:
     # to the base model), applied to x + attn + mlp; the MLP output (``mlp``) is the token's
     # own part. ``parallel_residual=False`` uses ``norm_after``.
     parallel_residual: bool = False
+    # The norm after the feed-forward's residual sum of a post-LN block (LN2: BERT's
+    # ``output.LayerNorm``); None in pre-LN blocks, where the next block's input norm follows.
+    ff_norm: str | None = None
     mlp: str | None = None
     next_norm: str | None = None
     final_norm: str | None = None
@@ -87,6 +90,7 @@ BERT = Adapter(
     value="attention.self.value",
     out_proj="attention.output.dense",
     norm_after="attention.output.LayerNorm",
+    ff_norm="output.LayerNorm",
     position_ids=True,
 )
 
@@ -109,6 +113,7 @@ DISTILBERT = Adapter(
     value="attention.v_lin",
     out_proj="attention.out_lin",
     norm_after="sa_layer_norm",
+    ff_norm="output_layer_norm",
     heads_attr="n_heads",
     uses_token_type_ids=False,
     position_ids=True,
@@ -179,7 +184,11 @@ OPT = Adapter(
         (
             "do_layer_norm_before",
             False,
-            (("placement", "post"), ("norm_after", "self_attn_layer_norm")),
+            (
+                ("placement", "post"),
+                ("norm_after", "self_attn_layer_norm"),
+                ("ff_norm", "final_layer_norm"),
+            ),
         ),
     ),
     **_DECODER,

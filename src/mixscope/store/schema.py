@@ -22,14 +22,22 @@ Readers (pandas, polars, DuckDB, Spark) rely on these names and types; bump
   per id a shard's statistics name) holds it once, and the views attach it by token id
   (``StatsKind.token_key``). Readers of older runs read the string from their files.
 
-The measure lists (``mixscope/measures.py``, re-exported here) are the only ones: the SQL
-views and the statistics are generated from them, the named queries are checked against
-them (tests/test_structure.py), so adding a measure is one edit there (and one in the engine).
+- Measure groups (``mixing/measures/``; no new version: a run of the paper's group
+  alone writes exactly what schema 4 wrote, so its files and run id stay). A run stores
+  the columns of the groups it selected (``analysis.measures``): the detail lists, the
+  statistics' ``<measure>_<stat>`` columns and the histograms' ``measure`` codes (each
+  stored measure's stable code, ``mixing.measures.CODES``; the paper's four keep 0–3).
+  The schemas below are functions of a run's stored measures; readers take the measures
+  a file holds from its columns.
+
+The measure names live in their groups' files only; the schemas, the SQL views, the named
+queries and the report are generated from the registry (tests/test_structure.py checks
+it), so adding a measure is one file and its tests.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -79,7 +87,17 @@ def category_sql(code: str) -> str:
 
 # -- what analyze() returns (and schema 1 stored) ----------------------------------------
 
-TOKENS_SCHEMA = pa.schema(
+
+def tokens_schema(columns: tuple[str, ...] = MEASURE_COLUMNS) -> pa.Schema:
+    """What ``analyze()`` returns: one long row per token and layer, one float32 column per
+    measure of the selected groups (``columns``)."""
+    return pa.schema(
+        [*_TOKEN_FIELDS, *[pa.field(m, pa.float32(), nullable=False) for m in columns]],
+        metadata={"mixscope.schema_version": "1"},
+    )
+
+
+_TOKEN_FIELDS = pa.schema(
     [
         pa.field("doc_id", pa.int64(), nullable=False),  # index of the document in its corpus
         pa.field("segment", pa.int32(), nullable=False),  # 0-based piece of a long document
@@ -90,18 +108,21 @@ TOKENS_SCHEMA = pa.schema(
         pa.field("is_special", pa.bool_(), nullable=False),
         pa.field("is_masked", pa.bool_(), nullable=False),
         pa.field("layer", pa.int16(), nullable=False),  # 1-based, as in the paper
-        *[pa.field(m, pa.float32(), nullable=False) for m in MEASURE_COLUMNS],
-    ],
-    metadata={"mixscope.schema_version": "1"},
+    ]
 )
+#: the default selection's (the paper's group) ``analyze()`` schema
+TOKENS_SCHEMA = tokens_schema()
 
 # -- per-token detail (output.detail = full | sample) ------------------------------------
 
 _META = {"mixscope.schema_version": str(SCHEMA_VERSION)}
 
 
-def detail_schema(precision: str = "float32") -> pa.Schema:
-    """One row per token; each stored measure is the list of its values at layers 1..L."""
+def detail_schema(
+    precision: str = "float32", stored: tuple[str, ...] = STORED_MEASURES
+) -> pa.Schema:
+    """One row per token; each stored measure (``stored``: the run's) is the list of its
+    values at layers 1..L."""
     value = pa.float16() if precision == "float16" else pa.float32()
     return pa.schema(
         [
@@ -115,7 +136,7 @@ def detail_schema(precision: str = "float32") -> pa.Schema:
             pa.field("is_special", pa.bool_(), nullable=False),
             pa.field("is_masked", pa.bool_(), nullable=False),
             pa.field("category", pa.int8(), nullable=False),  # index into CATEGORIES
-            *[pa.field(m, pa.list_(value), nullable=False) for m in STORED_MEASURES],
+            *[pa.field(m, pa.list_(value), nullable=False) for m in stored],
         ],
         metadata=_META,
     )
@@ -140,13 +161,46 @@ class StatsKind:
 
     name: str
     keys: tuple[tuple[str, pa.DataType], ...]
-    values: tuple[tuple[str, pa.DataType, str], ...]  # (column, type, merge: sum | min | max)
+    #: value columns not per measure: (column, type, merge: sum | min | max)
+    shared: tuple[tuple[str, pa.DataType, str], ...]
     doc: str
-    #: columns a shard's file leaves NULL where ``n = 1``: column → (the ``*_sum`` column
-    #: it is restored from, "square" | "same"); see :data:`SCHEMA_VERSION` 4
-    singletons: tuple[tuple[str, str, str], ...] = ()
+    #: per stored measure m, the columns ``<m>_<stat>``: (stat, type, merge)
+    moments: tuple[tuple[str, pa.DataType, str], ...] = ()
+    #: the stored measures whose moments this kind holds (a run's; see :func:`stats_kinds`)
+    measures: tuple[str, ...] = STORED_MEASURES
+    #: moments a shard's file leaves NULL where ``n = 1`` (restored from ``<m>_sum``:
+    #: ``sumsq`` squared, the others the same); see :data:`SCHEMA_VERSION` 4
+    singleton_stats: tuple[str, ...] = ()
     #: the id column whose string (``token_strings``) the views attach as ``token``
     token_key: str = ""
+
+    @property
+    def values(self) -> tuple[tuple[str, pa.DataType, str], ...]:
+        """Every value column: (column, type, merge: sum | min | max)."""
+        per_measure = tuple(
+            (f"{m}_{stat}", t, op) for m in self.measures for stat, t, op in self.moments
+        )
+        return self.shared + per_measure
+
+    @property
+    def singletons(self) -> tuple[tuple[str, str, str], ...]:
+        """Columns a shard's file leaves NULL where ``n = 1``: (column, the ``*_sum``
+        column it is restored from, "square" | "same")."""
+        return tuple(
+            (f"{m}_{stat}", f"{m}_sum", "square" if stat == "sumsq" else "same")
+            for m in self.measures
+            for stat in self.singleton_stats
+        )
+
+    def with_measures(self, stored: tuple[str, ...]) -> StatsKind:
+        """This kind for a run that stores ``stored``."""
+        return replace(self, measures=tuple(stored)) if self.moments else self
+
+    def for_columns(self, names: list[str] | tuple[str, ...]) -> StatsKind:
+        """This kind for a file with these columns (the measures it holds)."""
+        from mixscope.mixing.measures import stored_measures_of
+
+        return self.with_measures(stored_measures_of(names)) if self.moments else self
 
     @property
     def singleton_columns(self) -> frozenset[str]:
@@ -196,9 +250,7 @@ def _moments(per_measure: tuple[str, ...]) -> tuple[tuple[str, pa.DataType, str]
         "seq_sum": (pa.float64(), "sum"),
         "seq_sumsq": (pa.float64(), "sum"),
     }
-    return tuple(
-        (f"{m}_{k}", kinds[k][0], kinds[k][1]) for m in STORED_MEASURES for k in per_measure
-    )
+    return tuple((k, kinds[k][0], kinds[k][1]) for k in per_measure)
 
 
 _N = (("n", pa.int64(), "sum"),)
@@ -207,15 +259,17 @@ _HIST = (("count", pa.int64(), "sum"),)
 LAYER_STATS = StatsKind(
     "layer_stats",
     (("layer", pa.int16()), ("category", pa.int8()), ("token_type", pa.int8())),
-    _N + _moments(("sum", "sumsq", "min", "max")),
+    _N,
     "per layer × category × pair segment: token count, Σ, Σ², min, max of each measure",
+    _moments(("sum", "sumsq", "min", "max")),
 )
 SEQUENCE_STATS = StatsKind(
     "sequence_stats",
     (("layer", pa.int16()), ("category", pa.int8())),
-    (("sequences", pa.int64(), "sum"), *_moments(("seq_sum", "seq_sumsq"))),
+    (("sequences", pa.int64(), "sum"),),
     "per layer × category (-1: all tokens): sequences with such tokens, Σ and Σ² of their "
     "per-sequence means (the paper's macro means)",
+    _moments(("seq_sum", "seq_sumsq")),
 )
 TOKEN_STATS = StatsKind(
     "token_stats",
@@ -226,15 +280,12 @@ TOKEN_STATS = StatsKind(
         ("token_type", pa.int8()),
         ("category", pa.int8()),
     ),
-    (*_N, *_moments(("sum", "sumsq", "min", "max"))),
+    _N,
     "per layer × token id (as seen) × original id × pair segment × category: count, Σ, Σ², "
     "min, max",
-    tuple(
-        (f"{m}_{stat}", f"{m}_sum", "square" if stat == "sumsq" else "same")
-        for m in STORED_MEASURES
-        for stat in ("sumsq", "min", "max")
-    ),
-    "token_id",
+    _moments(("sum", "sumsq", "min", "max")),
+    singleton_stats=("sumsq", "min", "max"),
+    token_key="token_id",
 )
 TOKEN_HIST = StatsKind(
     "token_hist",
@@ -271,6 +322,8 @@ TOKEN_STRINGS = StatsKind(
     "per token id the statistics name (as seen or before masking): its string",
 )
 
+#: the statistics tables of the default selection (the paper's group), by name; a run's
+#: own are ``stats_kinds(its stored measures)``
 STATS = {
     k.name: k
     for k in (
@@ -283,6 +336,13 @@ STATS = {
         TOKEN_STRINGS,
     )
 }
+
+
+def stats_kinds(stored: tuple[str, ...]) -> dict[str, StatsKind]:
+    """The statistics tables of a run that stores ``stored``, by name."""
+    return {name: kind.with_measures(stored) for name, kind in STATS.items()}
+
+
 DOCUMENT_SCHEMA = pa.schema(
     [
         ("doc_id", pa.int64()),

@@ -1,0 +1,104 @@
+"""The measure-group contract: a group is the unit of computation, selection and storage.
+
+A *group* (one file in this package) computes a few measures that share their work: the
+paper's five share one pass over the attention block's vectors, in place, which is what
+makes them cheap. It states, as data, everything the rest of mixscope needs to know:
+
+- its ``name`` (what ``analysis.measures`` / ``--measures`` select) and its ``columns``
+  (names, labels, plot colours; a column may be *derived*: exactly a factor times another
+  column of the group, computed by the engine and re-derived by the readers, not stored);
+- where it applies (:meth:`MeasureGroup.unsupported` gives the reason it does not, for an
+  architecture adapter), so a group that does not apply is refused before any work;
+- what it needs captured from the forward pass (``needs``: names of
+  :data:`mixscope.mixing.capture.POINTS`; ``verify_needs``: more for its exactness check);
+- its tensor code: :meth:`MeasureGroup.compute` returns ``[measure, batch, seq]`` in the
+  order of its columns, and :meth:`MeasureGroup.check` its exactness identity's residuals.
+
+This module and the group files import no torch at module load (the CLI, the Arrow schemas
+and the SQL views read the metadata); the tensor code imports it where it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from mixscope.mixing.block import BlockParams, BlockTensors
+    from mixscope.models.adapters import Adapter
+
+
+@dataclass(frozen=True)
+class Column:
+    """One measure: its column name everywhere (tensors, Parquet, SQL, plots)."""
+
+    name: str
+    label: str  # the name in figures and tables (the paper's name where there is one)
+    color: str  # its colour in every figure
+    #: derived exactly from another column of the group: (source, factor); not stored
+    derived: tuple[str, float] | None = None
+    #: the column has per-pair contribution maps ‖P_ij‖ (``contribution_maps``)
+    pair: bool = False
+    #: dashed in figures (attention weights, as opposed to norms)
+    dashed: bool = False
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What every block of one batch shares (the padding layout, [batch, seq] tensors)."""
+
+    valid: torch.Tensor  # [batch, seq] bool: a real token
+    no_context: torch.Tensor  # [batch, seq] bool: a real token with no other token to mix in
+    first: torch.Tensor  # [batch] long: the sequence's first real position (padding aside)
+
+
+@dataclass
+class Workspace:
+    """Tensors one group leaves for the groups after it, within one block (registry
+    order): sharing without recomputing. Keys are documented where they are set."""
+
+    shared: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One exactness residual: ``what`` rebuilt vs real, its largest relative error, and
+    whether it is held to the norm's dtype (a norm that computes in float32) or the model's."""
+
+    what: str
+    error: float
+    norm: bool = False
+
+
+class MeasureGroup:
+    """Subclassed once per group file; instances are stateless."""
+
+    name: str = ""
+    #: one line: what the group measures and its source (paper, year)
+    title: str = ""
+    columns: tuple[Column, ...] = ()
+    needs: frozenset[str] = frozenset()
+    verify_needs: frozenset[str] = frozenset()
+
+    def unsupported(self, adapter: Adapter) -> str | None:
+        """Why the group does not apply to this architecture; None when it does."""
+        return None
+
+    def compute(
+        self, t: BlockTensors, p: BlockParams, batch: BatchInfo, work: Workspace
+    ) -> torch.Tensor:
+        """The group's measures of every token of one block: [measure, batch, seq]."""
+        raise NotImplementedError
+
+    def check(
+        self, t: BlockTensors, p: BlockParams, batch: BatchInfo
+    ) -> list[Residual]:  # pragma: no cover - every group overrides it
+        """The residuals of the group's exactness identity (eager path: full α)."""
+        raise NotImplementedError
+
+    @property
+    def stored(self) -> tuple[str, ...]:
+        """The columns written to disk (derived ones are re-derived by the readers)."""
+        return tuple(c.name for c in self.columns if c.derived is None)

@@ -1,0 +1,86 @@
+"""The ``sink`` group: how much each token draws from the sequence's first position.
+
+docs/method.md §5. The first position ([CLS], BOS, or the first token) is where the
+"attention sink" literature finds most of the attention weight; Kobayashi et al. (2020)
+showed that weight and norm disagree there. Per token i (position 0 included, where a_i0
+is its own part), with the attention block's parts ``a_ij = Σ_h α^h_ij f^h(x_j)``:
+
+    sink_w_i = ᾱ_i0                                   (head mean of α^h_i0)
+    sink_n_i = ‖a_i0‖ / (‖a_i0‖ + ‖Σ_{j≠0} a_ij‖)
+
+"Position 0" is the first *real* token: with left padding it is not index 0, and the
+results do not depend on the padding. O(n): α^h_i0 comes from q_i · k_0 and the fused
+kernel's log-sum-exp (fast path) or a column of the full weights (eager), and
+``a_i0 = Σ_h α^h_i0 f^h(x_0)`` needs one [heads, hidden] matrix per sequence. Every family.
+
+Exactness (eager path): a_i0 (from the first token's values, as computed here) + Σ_{j≠0}
+a_ij (from the full α and the per-head vectors) + b_O == the real attention output: a
+wrong first position, head layout or value slice fails it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mixscope.mixing.measures.base import (
+    BatchInfo,
+    Column,
+    MeasureGroup,
+    Residual,
+    Workspace,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from mixscope.mixing.block import BlockParams, BlockTensors
+
+
+class Sink(MeasureGroup):
+    name = "sink"
+    title = "weight and norm drawn from the first position (attention sinks; Kobayashi 2020)"
+    columns = (
+        Column("sink_w", "SINK-W", "#bcbddc", dashed=True),
+        Column("sink_n", "SINK-N", "#54278f"),
+    )
+    needs = frozenset({"values", "attention", "attn_out"})
+
+    def compute(
+        self, t: BlockTensors, p: BlockParams, batch: BatchInfo, work: Workspace
+    ) -> torch.Tensor:
+        import torch
+
+        from mixscope.mixing.ratios import first_attention_vector, norm_ratio
+
+        assert t.alpha_first is not None
+        norm = lambda v: torch.linalg.vector_norm(v, dim=-1)  # noqa: E731  [batch, seq]
+        a_first = first_attention_vector(t, p, batch.first)  # a_i0      [batch, seq, hidden]
+        n_first = norm(a_first)
+        rest = torch.sub(t.attn_out, p.b_out).sub_(a_first)  # Σ_{j≠0} a_ij  [b, seq, hidden]
+        weight = t.alpha_first.to(a_first.dtype).mean(dim=1)  # ᾱ_i0   [batch, seq]
+        out = torch.stack([weight, norm_ratio(n_first, norm(rest))])  # [measure, batch, seq]
+        # a token with nothing else to attend to draws everything from position 0 (itself)
+        return out.masked_fill(batch.no_context.unsqueeze(0), 1.0)
+
+    def check(self, t: BlockTensors, p: BlockParams, batch: BatchInfo) -> list[Residual]:
+        import torch
+
+        from mixscope.mixing.block import per_head_transformed
+        from mixscope.mixing.exactness import relative_error
+        from mixscope.mixing.ratios import first_attention_vector
+
+        alpha = t.full_alpha().clone()  # [batch, heads, seq, seq]
+        rows = torch.arange(alpha.shape[0], device=alpha.device)
+        alpha[rows, :, :, batch.first] = 0.0  # the other sources only
+        f = per_head_transformed(t, p)  # [batch, heads, seq, hidden]
+        rest = torch.einsum("bhij,bhjd->bid", alpha, f)  # Σ_{j≠0} a_ij  [batch, seq, hidden]
+        rebuilt = first_attention_vector(t, p, batch.first) + rest + p.b_out
+        return [
+            Residual(
+                "a_i0 + Σ_{j≠0} a_ij + b_O − attention output",
+                relative_error(rebuilt, t.attn_out, batch.valid),
+            )
+        ]
+
+
+GROUP = Sink()

@@ -1,0 +1,210 @@
+"""The measure groups (``mixing/measures/``) against the float64 brute force, and selection.
+
+Every group the registry has, on every family's tiny random model (post-LN encoders:
+tests/reference.py; pre-LN decoders and OPT-350m's post-LN: tests/reference_decoder.py,
+which materialise every per-source vector) and the real MiniLM; eager and fast attention;
+batches padded on the right and on the left, compared with each sequence's own unpadded
+reference, so the numbers cannot depend on the padding. Then each group's exactness
+identity under ``verify`` (and a negative control that it catches a wrong input), and
+the selection rules: ``all``, refusal of a group that does not apply, unknown names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import mixscope
+import reference as R
+import reference_decoder as RD
+from mixscope.errors import ExactnessError, MixscopeError
+from mixscope.mixing.measures import GROUPS, measure_set
+from mixscope.models.adapters import adapter_for_config
+from tiny_models import DECODER_FAMILIES, FAMILIES
+
+TEXTS = [
+    "The cat sat on the mat.",
+    "A somewhat longer sentence with quite a few more tokens in it, to pad the others.",
+    ("A dog barked loudly at night.", "The neighbours were not amused."),
+    "Short one.",
+]
+TOL = 1e-6  # float64 engine vs float64 brute force
+OBSERVED: dict[str, float] = {}
+
+
+def _note(key: str, value: float) -> None:
+    OBSERVED[key] = max(OBSERVED.get(key, 0.0), value)
+    print(f"{key}: {value:.3g}")
+
+
+def _ids(tok, doc) -> tuple[list[int], list[int]]:
+    enc = tok(*((doc,) if isinstance(doc, str) else doc))
+    return enc["input_ids"], enc.get("token_type_ids") or [0] * len(enc["input_ids"])
+
+
+_REFS: dict = {}
+
+
+def _reference(model, tok, family: str, doc):
+    """The brute-force reference of one unpadded document (cached): name → [layer, n]."""
+    key = (family, doc)
+    if key not in _REFS:
+        ids, types = _ids(tok, doc)
+        if family in DECODER_FAMILIES:
+            ref = RD.reference(model, ids, layer_inputs=RD.capture(model, ids).x)
+        else:
+            ref = R.reference(model, ids, types)
+        names = ref.layers[0].measures.keys()
+        _REFS[key] = {m: np.stack([b.measures[m] for b in ref.layers]) for m in names}
+    return _REFS[key]
+
+
+def _per_sequence(table, columns, layers: int) -> dict[int, dict[str, np.ndarray]]:
+    """doc_id → column → [layer, n] (single-segment documents)."""
+    doc = table["doc_id"].to_numpy()
+    assert (table["segment"].to_numpy() == 0).all()
+    out = {}
+    for d in np.unique(doc):
+        sel = doc == d
+        n = int(sel.sum()) // layers
+        out[int(d)] = {c: table[c].to_numpy()[sel].reshape(n, layers).T for c in columns}
+    return out
+
+
+def _compare(model, tok, family: str, attention: str, side: str) -> float:
+    adapter = adapter_for_config(model.config)
+    table = mixscope.analyze(
+        (model, tok),
+        TEXTS,
+        measures="all",
+        attention=attention,
+        padding_side=side,
+        batch_size=len(TEXTS),
+        dtype="float64",
+    )
+    expected = tuple(
+        c.name for g in GROUPS.values() if g.unsupported(adapter) is None for c in g.columns
+    )
+    assert tuple(table.column_names[-len(expected) :]) == expected
+    layers = int(table["layer"].to_numpy().max())
+    worst = 0.0
+    for d, got in _per_sequence(table, expected, layers).items():
+        ref = _reference(model, tok, family, TEXTS[d])
+        for name in expected:
+            diff = np.abs(got[name] - ref[name])
+            assert np.isfinite(got[name]).all(), name
+            assert diff.max() <= TOL, (
+                f"{family}/{attention}/{side} doc {d} {name}: off by {diff.max():.3g} at "
+                f"(layer, pos) {np.unravel_index(diff.argmax(), diff.shape)}"
+            )
+            worst = max(worst, float(diff.max()))
+    return worst
+
+
+@pytest.mark.parametrize("attention", ["eager", "fast"])
+@pytest.mark.parametrize("family", FAMILIES + DECODER_FAMILIES)
+def test_every_group_against_the_brute_force(tiny, family, attention):
+    model, tok = tiny(family, torch.float64)
+    for side in ("right", "left"):
+        _note(f"groups/{family}/{attention}", _compare(model, tok, family, attention, side))
+
+
+def test_every_group_on_minilm(minilm_path):
+    """The real MiniLM (float64 copy): the new groups' values are not degenerate there."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(minilm_path)
+    model = AutoModel.from_pretrained(minilm_path, dtype=torch.float64).eval()
+    for attention in ("eager", "fast"):
+        _note("groups/minilm", _compare(model, tok, "minilm", attention, "left"))
+    table = mixscope.analyze((model, tok), TEXTS, measures="all", dtype="float64")
+    sink_w, sink_n = table["sink_w"].to_numpy(), table["sink_n"].to_numpy()
+    assert 0 < sink_w.mean() < 1 and 0 < sink_n.mean() < 1
+    # weight and norm disagree on the first position (Kobayashi et al. 2020)
+    assert abs(sink_w.mean() - sink_n.mean()) > 0.01
+
+
+@pytest.mark.parametrize("family", FAMILIES + DECODER_FAMILIES)
+def test_verify_checks_every_groups_identity(tiny, family):
+    model, tok = tiny(family, torch.float64)
+    table = mixscope.analyze((model, tok), TEXTS, measures="all", verify=True, batch_size=4)
+    assert table.num_rows > 0
+
+
+def test_sink_identity_catches_weights_of_the_wrong_position(tiny, monkeypatch):
+    """Negative control: α_i0 read one column too far, the values at the right position."""
+    import mixscope.mixing.capture as capture
+
+    model, tok = tiny("bert", torch.float64)
+    real = capture._first_column
+    monkeypatch.setattr(capture, "_first_column", lambda alpha, first: real(alpha, first + 1))
+    with pytest.raises(ExactnessError, match="a_i0"):
+        mixscope.analyze((model, tok), TEXTS, measures=["sink"], verify=True)
+
+
+def test_globenc_identity_catches_a_wrong_norm(tiny, monkeypatch):
+    """Negative control: γ₂ of LN2 replaced by LN1's."""
+    from mixscope.mixing.engine import MixingEngine
+
+    model, tok = tiny("bert", torch.float64)
+    real = MixingEngine._block_params
+
+    def swapped(self, block, norm, heads, kv_heads):
+        p = real(self, block, norm, heads, kv_heads)
+        p.ff_norm.gamma = p.gamma
+        return p
+
+    monkeypatch.setattr(MixingEngine, "_block_params", swapped)
+    with pytest.raises(ExactnessError, match="LN2"):
+        mixscope.analyze((model, tok), TEXTS, measures=["globenc"], verify=True)
+
+
+def test_groups_alone_equal_groups_together(tiny):
+    """Sharing between groups changes no number: each group alone gives the same values
+    as all of them at once (the paper's parts reused by globenc, in place)."""
+    model, tok = tiny("roberta", torch.float64)
+    together = mixscope.analyze((model, tok), TEXTS, measures="all", attention="fast")
+    for name in GROUPS:
+        alone = mixscope.analyze((model, tok), TEXTS, measures=[name], attention="fast")
+        for col in measure_set((name,)).columns:
+            assert np.array_equal(alone[col].to_numpy(), together[col].to_numpy()), col
+
+
+def test_default_is_the_paper_group(tiny):
+    model, tok = tiny("bert", torch.float64)
+    table = mixscope.analyze((model, tok), TEXTS[:1])
+    assert tuple(table.column_names[9:]) == mixscope.MEASURES == measure_set(("paper",)).columns
+
+
+def test_a_group_that_does_not_apply_is_refused_and_all_skips_it(tiny):
+    model, tok = tiny("gpt2", torch.float64)
+    with pytest.raises(MixscopeError, match=r"globenc.*post-LN") as err:
+        mixscope.analyze((model, tok), TEXTS[:1], measures=["paper", "globenc"])
+    assert "\n" not in str(err.value)
+    table = mixscope.analyze((model, tok), TEXTS[:1], measures="all")
+    assert "globenc_n" not in table.column_names and "sink_n" in table.column_names
+
+
+def test_a_path_model_is_refused_before_its_weights_load(tiny, tmp_path, monkeypatch):
+    model, tok = tiny("gpt2", torch.float64)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    import mixscope.api as api
+
+    def no_work(*_a, **_k):  # pragma: no cover - must not be reached
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(api, "_prepare", no_work)
+    with pytest.raises(MixscopeError, match="'globenc' does not apply"):
+        mixscope.analyze(str(tmp_path), TEXTS[:1], measures="globenc")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("nope", "unknown group 'nope'"), ([], "at least one group"), ("paper,,x", "'x'")],
+)
+def test_unknown_groups_are_one_line_errors(tiny, value, message):
+    model, tok = tiny("bert", torch.float64)
+    with pytest.raises(MixscopeError, match=message):
+        mixscope.analyze((model, tok), TEXTS[:1], measures=value)
