@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from mixscope.cli.options import spec_option
 from mixscope.errors import MixscopeError
 
 
@@ -38,6 +39,7 @@ def _options(func: Any) -> Any:
         click.option("--workers", "-w", type=int, default=None),
         click.option("--batch-size", type=int, default=None),
         click.option("--max-length", type=int, default=None),
+        spec_option("analysis.measures", metavar="GROUPS"),
         click.option(
             "--address", default=None, help="Ray cluster to run on (else RAY_ADDRESS, else local)."
         ),
@@ -67,7 +69,17 @@ def _options(func: Any) -> Any:
 
 
 def _base_spec(
-    job, out, corpus, workers, batch_size, max_length, address, quiet_period, sets, source
+    job,
+    out,
+    corpus,
+    workers,
+    batch_size,
+    max_length,
+    address,
+    quiet_period,
+    sets,
+    source,
+    measures=(),
 ):
     from mixscope.config import spec_from_flags
 
@@ -80,6 +92,7 @@ def _base_spec(
         "runtime.address": address,
         "checkpoints.quiet_seconds": quiet_period,
         "checkpoints.source": source,
+        "analysis.measures": list(measures) if measures else None,
     }
     spec = spec_from_flags(job, sets, flags)
     if not spec.checkpoints.source:
@@ -132,6 +145,7 @@ def sync(
     workers,
     batch_size,
     max_length,
+    analysis__measures,
     address,
     submit_address,
     quiet_period,
@@ -140,7 +154,17 @@ def sync(
 ) -> None:
     """One reconcile pass: analyse every complete checkpoint not analysed yet, oldest first."""
     spec = _base_spec(
-        job, out, corpus, workers, batch_size, max_length, address, quiet_period, sets, source
+        job,
+        out,
+        corpus,
+        workers,
+        batch_size,
+        max_length,
+        address,
+        quiet_period,
+        sets,
+        source,
+        analysis__measures,
     )
     report = _pass(spec, revisions, retry_failed, submit_address)
     _print_report(report)
@@ -165,6 +189,7 @@ def watch(
     workers,
     batch_size,
     max_length,
+    analysis__measures,
     address,
     submit_address,
     quiet_period,
@@ -175,7 +200,17 @@ def watch(
 ) -> None:
     """The sync pass in a loop; Ctrl-C or SIGTERM stops cleanly after the current run."""
     spec = _base_spec(
-        job, out, corpus, workers, batch_size, max_length, address, quiet_period, sets, source
+        job,
+        out,
+        corpus,
+        workers,
+        batch_size,
+        max_length,
+        address,
+        quiet_period,
+        sets,
+        source,
+        analysis__measures,
     )
     stop = threading.Event()
 

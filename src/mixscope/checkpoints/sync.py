@@ -98,14 +98,15 @@ def sync_pass(
         except OSError as exc:  # vanished or unreadable between listing and hashing
             report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=str(exc)))
             continue
-        from mixscope.models.loading import resolved_max_length
+        from mixscope.models.loading import resolved_max_length, resolved_measures
 
-        try:  # the checkpoint's own limit, as the driver resolves it
+        try:  # the checkpoint's own limit and groups, as the driver resolves them
             max_length = resolved_max_length(c.model, base.analysis.max_length, revision=c.revision)
+            groups = resolved_measures(c.model, base.analysis.measures, revision=c.revision)
         except MixscopeError as exc:
             report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=str(exc)))
             continue
-        options = identity_options(base, max_length)
+        options = identity_options(base, max_length, groups.groups)
         run_id = run_id_for(identity["fingerprint"], plan.fingerprint, options)
         record = load_run(layout, run_id)
         if record is not None and record.status == "complete":

@@ -12,15 +12,23 @@ from typing import Any
 
 import click
 
-from mixscope import MEASURES
 from mixscope.cli.options import output_option, quiet_transformers, spec_option, spec_values
 from mixscope.errors import MixscopeError
+
+
+def measures_of(table: Any) -> list[str]:
+    """The measure columns of an ``analyze()`` table (its selected groups'), in order."""
+    from mixscope.mixing.measures import all_columns
+
+    known = {c.name for c in all_columns()}
+    return [c for c in table.column_names if c in known]
 
 
 def layer_summary(table: Any) -> tuple[list[str], list[list[Any]]]:
     """Per layer (then over all): token count and the mean of each measure."""
     import numpy as np
 
+    MEASURES = measures_of(table)
     layers = table["layer"].to_numpy()
     rows = []
     for layer in np.unique(layers):
@@ -37,6 +45,7 @@ def token_summary(table: Any, layer: int | None) -> tuple[list[str], list[list[A
     """Per token: its flags and the mean of each measure over layers (or one ``layer``)."""
     import numpy as np
 
+    MEASURES = measures_of(table)
     cols = {
         c: table[c].to_numpy(zero_copy_only=False)
         for c in ("doc_id", "segment", "position", "layer")
@@ -124,6 +133,7 @@ def _documents(texts: tuple[str, ...], pair: Any, files: tuple[str, ...]) -> lis
 @spec_option("analysis.seed", override=False)
 @spec_option("runtime.verify", override=False)
 @spec_option("analysis.attention", override=False)
+@spec_option("analysis.measures", override=False, metavar="GROUPS")
 @click.option(
     "--padding-side",
     type=click.Choice(["left", "right"]),
@@ -141,13 +151,14 @@ def analyze(
     padding_side: str | None,
     **spec: Any,
 ) -> None:
-    """Quick look at a few TEXTS: mean of the five measures per layer.
+    """Quick look at a few TEXTS: mean of each measure per layer (``--measures``: groups).
 
     \b
     Examples:
       mixscope analyze "The cat sat on the mat." "A second sentence."
       mixscope analyze --pair "First paragraph." "Second paragraph." --tokens
       mixscope analyze -m bert-base-uncased -f sentences.txt -o out.parquet
+      mixscope analyze --measures paper,sink "The cat sat on the mat."
     """
     from mixscope.format import aligned_table
     from mixscope.store.export import table_suffix, write_table
@@ -173,6 +184,7 @@ def analyze(
         verify=verify,
         padding_side=padding_side,
         attention=given["analysis.attention"],
+        measures=given["analysis.measures"],
     )
     if output:
         write_table(table, output)

@@ -38,10 +38,18 @@ def _shown(value: Any) -> str | None:
     """A default as ``--help`` shows it; None where there is nothing worth showing."""
     if value is None or value == () or value is False:
         return None
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
     return str(value)
 
 
-def spec_option(key: str, *decls: str, override: bool = True, help: str | None = None) -> Decorator:
+def spec_option(
+    key: str,
+    *decls: str,
+    override: bool = True,
+    help: str | None = None,
+    metavar: str | None = None,
+) -> Decorator:
     """The click option that sets spec field ``key`` (``--batch-size`` for
     ``runtime.batch_size`` unless ``decls`` name the flags).
 
@@ -54,7 +62,7 @@ def spec_option(key: str, *decls: str, override: bool = True, help: str | None =
     _SPEC_PARAMS[name] = info.key
     typ = _base_type(info)
     text = help or info.help
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {} if metavar is None else {"metavar": metavar}
     if typ is bool:
         kwargs["is_flag"] = True
     elif typing.get_origin(typ) is tuple:
@@ -108,6 +116,7 @@ def job_options(*, address: bool = True) -> Decorator:
         spec_option("runtime.batch_size"),
         spec_option("analysis.max_length"),
         spec_option("analysis.revision"),
+        spec_option("analysis.measures", metavar="GROUPS"),
     ]
     if address:
         options.append(spec_option("runtime.address"))

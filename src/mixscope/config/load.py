@@ -24,6 +24,10 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in fields(cls)}
 
 
+#: list fields whose items may also be given comma-separated (names never hold commas)
+COMMA_LISTS = frozenset({"analysis.measures"})
+
+
 def _coerce(value: Any, typ: Any, key: str) -> Any:
     """Turn YAML / command-line values into the field's type, or say what is wrong."""
     import types
@@ -44,6 +48,8 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
             value = [v for v in value.split(",") if v]
         if not isinstance(value, list | tuple):
             raise SpecError(f"{key}: expected a list, got {value!r}")
+        if key in COMMA_LISTS:  # --measures paper,sink given once or repeated
+            return tuple(p.strip() for v in value for p in str(v).split(",") if p.strip())
         return tuple(str(v) for v in value)
     try:
         if typ is bool:

@@ -16,6 +16,7 @@ from typing import Any
 from mixscope.choices import DETAIL_MODES, MASK_COUNTS, PRECISIONS
 from mixscope.config.fields import FieldInfo, describe, setting
 from mixscope.mixing import ATTENTION_MODES
+from mixscope.mixing.measures import DEFAULT_GROUPS, GROUPS
 from mixscope.models.packaged import DEFAULT_MODEL
 from mixscope.runtime.executor import EXECUTORS
 
@@ -88,6 +89,12 @@ class AnalysisSpec:
     seed: int = setting(0, "Seed of the masking positions.")
     dtype: str = setting("float32", "The dtype the model runs in.", choices=DTYPES)
     revision: str | None = setting(None, "Hub revision of the model (branch, tag or commit).")
+    # in the run identity when not the default (store/runs.py): existing runs keep their ids
+    measures: tuple[str, ...] = setting(
+        DEFAULT_GROUPS,
+        f"Measure groups ({', '.join(GROUPS)}; comma-separated), or all: every group that "
+        "applies to the model (docs/method.md).",
+    )
     # not in the run identity: fast and eager agree to float rounding (≤ 1e-5 in float32,
     # tested), like batch sizes
     attention: str = setting(
@@ -226,6 +233,7 @@ ALIASES = {
     "seed": "analysis.seed",
     "dtype": "analysis.dtype",
     "revision": "analysis.revision",
+    "measures": "analysis.measures",
     "address": "runtime.address",
     "docs_per_shard": "runtime.docs_per_shard",
     "device": "runtime.device",

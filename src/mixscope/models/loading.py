@@ -105,6 +105,15 @@ def resolved_max_length(
     return check_max_length(wanted, position_limit(config, adapter_for_config(config), tokenizer))
 
 
+def resolved_measures(spec: str, names: Any, *, revision: str | None = None) -> Any:
+    """The measure groups a job on ``spec`` computes (``all`` expanded, a group that does
+    not apply refused), from the model's config alone: a
+    :class:`~mixscope.mixing.measures.Selection`."""
+    from mixscope.mixing.measures import select
+
+    return select(names, adapter_for_config(load_config(spec, revision=revision)))
+
+
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     """A torch dtype from a name (``float32``, ``bf16``, …); None stays None."""
     if dtype is None or isinstance(dtype, torch.dtype):

@@ -105,7 +105,7 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
 
     With ``write=False`` (``mixscope validate``) nothing is written under the output root.
     """
-    from mixscope.models.loading import resolved_max_length
+    from mixscope.models.loading import resolved_max_length, resolved_measures
 
     a = spec.analysis
     fits = None
@@ -120,8 +120,9 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
         # config + tokenizer only: fails on an unsupported family before anything is
         # fingerprinted
         max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
+    selection = resolved_measures(spec.model, a.measures, revision=a.revision)
     model = model_identity(spec.model, spec.analysis.revision)
-    options = identity_options(spec, max_length)
+    options = identity_options(spec, max_length, selection.groups)
     run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)
     layout = Layout.open(spec.out)
     stored = layout.read_json(f"{layout.run_dir(run_id)}/plan.json")
@@ -162,6 +163,11 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
         },
         libraries=library_versions(),
         shards_total=len(plan.shards),
+        measures={
+            "groups": list(selection.groups),
+            "columns": list(selection.measures.columns),
+            "skipped": dict(selection.skipped),
+        },
     )
     return PreparedRun(spec, layout, plan, run_id, record)
 

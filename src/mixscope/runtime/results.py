@@ -22,6 +22,7 @@ import pyarrow as pa
 from mixscope.config import OutputSpec
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
+from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
 from mixscope.stats.accumulate import ShardStatistics
 from mixscope.stats.block import Vocabulary, token_block
 from mixscope.stats.detail import detail_table, kept
@@ -41,12 +42,15 @@ class ShardResults:
         vocab: Vocabulary,
         output: OutputSpec,
         host: ThreadPoolExecutor | None = None,
+        measures: MeasureSet | None = None,
     ) -> None:
         self.layout, self.run_id, self.shard_id = layout, run_id, shard_id
         self.vocab, self.output = vocab, output
         self._host = host
         self._pending: Future | None = None
-        self._stats = ShardStatistics(vocab)
+        # the engine's columns (the run's selected groups); the files hold the stored ones
+        self.measures = measures or measure_set(DEFAULT_GROUPS)
+        self._stats = ShardStatistics(vocab, self.measures)
         self._detail: ParquetBuffer | None = None
         self._per_doc: dict[int, list[int]] = {}  # doc_id → [segments, tokens]
         self.tokens = 0
@@ -69,12 +73,12 @@ class ShardResults:
             pending.result()  # re-raises a failure of the host thread
 
     def _consume(self, seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray]) -> None:
-        block = token_block(seqs, measures, self.vocab)
+        block = token_block(seqs, measures, self.vocab, self.measures)
         self._stats.add(block)
         keep = kept(block.doc_id, self.output.detail, self.output.sample_rate)
         if keep.any():
             part = block if keep.all() else block.take(keep)
-            table = detail_table(part, self.vocab, self.output.precision)
+            table = detail_table(part, self.vocab, self.output.precision, self.measures.stored)
             if self._detail is None:
                 self._detail = ParquetBuffer(table.schema)
             self._detail.add(table)

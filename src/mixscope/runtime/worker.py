@@ -90,7 +90,9 @@ class ShardWorker:
             torch.set_num_threads(max(1, int(r.cpus_per_worker)))
         self.device = str(device)
         self.load_seconds = round(time.time() - loading, 3)  # start-up cost (benchmarks/elastic.py)
-        self.engine = MixingEngine(self.loaded, verify=r.verify, attention=a.attention)
+        self.engine = MixingEngine(
+            self.loaded, verify=r.verify, attention=a.attention, measures=a.measures
+        )
         self.vocab = Vocabulary(self.tokenizer)
         # statistics, detail rows and Parquet encoding, one chunk behind the model
         self._host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results")
@@ -159,7 +161,13 @@ class ShardWorker:
         # tokenize the next chunk while the model runs on this one
         chunks = self._chunks(docs)
         results = ShardResults(
-            self.layout, self.run_id, shard.shard_id, self.vocab, self.spec.output, self._host
+            self.layout,
+            self.run_id,
+            shard.shard_id,
+            self.vocab,
+            self.spec.output,
+            self._host,
+            self.engine.measure_set,
         )
         sequences = 0
         pending: Future[list[EncodedSequence]] | None = None

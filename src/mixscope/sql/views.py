@@ -24,7 +24,9 @@ from typing import Any
 import pyarrow as pa
 
 from mixscope.errors import MixscopeError
+from mixscope.mixing.measures import MeasureSet
 from mixscope.sql.macros import create_macros
+from mixscope.sql.measure_tables import create_measure_tables, measures_of_runs, runs_in
 from mixscope.sql.runs_table import create_runs_table
 from mixscope.stats import consolidate as consolidation
 from mixscope.stats.singletons import sql_value
@@ -32,14 +34,7 @@ from mixscope.store import manifest
 from mixscope.store.layout import Layout
 from mixscope.store.references import reference_files
 from mixscope.store.runs import load_runs
-from mixscope.store.schema import (
-    DERIVED_MEASURES,
-    MEASURE_COLUMNS,
-    STATS,
-    STORED_MEASURES,
-    StatsKind,
-    category_sql,
-)
+from mixscope.store.schema import STATS, StatsKind, category_sql
 
 # run ids are hex: an all-digit one must not be inferred as a number
 HIVE = "hive_partitioning = true, hive_types = {'run_id': VARCHAR}"
@@ -56,48 +51,59 @@ TOKEN_COLUMNS = (
     "is_special",
     "is_masked",
 )
-EMPTY_DETAIL = (
-    "SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS doc_id, NULL::INTEGER AS segment, "
-    "NULL::INTEGER AS position, NULL::INTEGER AS token_id, NULL::INTEGER AS original_id, "
-    "NULL::VARCHAR AS token, NULL::TINYINT AS token_type, NULL::BOOLEAN AS is_special, "
-    "NULL::BOOLEAN AS is_masked, NULL::TINYINT AS category, "
-    + ", ".join(f"NULL::FLOAT[] AS {m}" for m in STORED_MEASURES)
-    + " WHERE false"
-)
 
 
-def _measure_expr(measure: str, template: str, cast: str = "", power: int = 1) -> str:
+def _empty_detail(ms: MeasureSet) -> str:
+    return (
+        "SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS doc_id, NULL::INTEGER AS segment, "
+        "NULL::INTEGER AS position, NULL::INTEGER AS token_id, NULL::INTEGER AS original_id, "
+        "NULL::VARCHAR AS token, NULL::TINYINT AS token_type, NULL::BOOLEAN AS is_special, "
+        "NULL::BOOLEAN AS is_masked, NULL::TINYINT AS category, "
+        + ", ".join(f"NULL::FLOAT[] AS {m}" for m in ms.stored)
+        + " WHERE false"
+    )
+
+
+def _measure_expr(
+    ms: MeasureSet, measure: str, template: str, cast: str = "", power: int = 1
+) -> str:
     """``template`` ({m} = a stored measure) for ``measure``, derived ones scaled by the
     factor to ``power`` (2 for sums of squares), and cast to ``cast`` (FLOAT keeps a float32
     value float32, exactly, as the engine made it)."""
-    if measure in DERIVED_MEASURES:
-        source, factor = DERIVED_MEASURES[measure]
+    derived = ms.derived
+    if measure in derived:
+        source, factor = derived[measure]
         scaled = f"(({template.format(m=source)}) * {factor**power})"
         return f"{scaled}::{cast}" if cast else scaled
     return template.format(m=measure)
 
 
-def _detail_views(con: Any, source: str, missing: str | None) -> None:
-    """``tokens`` (one row per token per layer) and ``occurrences`` over the detail rows.
+def _detail_views(con: Any, source: str, missing: str | None, ms: MeasureSet) -> None:
+    """``tokens`` (one row per token per layer) and ``occurrences`` over the detail rows,
+    with a column per measure of ``ms`` (the selected runs' groups; NULL in a run without
+    the measure).
 
     ``missing``: why there are no rows (every selected run without detail); then both
     views raise that message when read instead of answering with nothing.
     """
     if missing is not None:
         message = _quote(missing)
-        source = f"({EMPTY_DETAIL.replace(' WHERE false', '')} WHERE error({message}) IS NULL)"
+        empty = _empty_detail(ms).replace(" WHERE false", "")
+        source = f"({empty} WHERE error({message}) IS NULL)"
     category = category_sql("category")
     per_layer = ", ".join(
-        f"{_measure_expr(m, '{m}[l.layer]', 'FLOAT')} AS {m}" for m in MEASURE_COLUMNS
+        f"{_measure_expr(ms, m, '{m}[l.layer]', 'FLOAT')} AS {m}" for m in ms.columns
     )
+    # every run has at least one stored measure; its list's length is the layer count
+    lists = ", ".join(f"d.{m}" for m in ms.stored)
     con.execute(
         f"CREATE VIEW tokens AS SELECT run_id, {', '.join(TOKEN_COLUMNS)}, "
         f"l.layer::SMALLINT AS layer, {per_layer}, {category} AS category, original_id "
-        f"FROM {source} d, LATERAL (SELECT unnest(range(1, len(d.{STORED_MEASURES[0]}) + 1))"
+        f"FROM {source} d, LATERAL (SELECT unnest(range(1, len(coalesce({lists})) + 1))"
         " AS layer) l"
     )
     averaged = ", ".join(
-        f"{_measure_expr(m, 'list_avg({m})')}::DOUBLE AS {m}" for m in MEASURE_COLUMNS
+        f"{_measure_expr(ms, m, 'list_avg({m})')}::DOUBLE AS {m}" for m in ms.columns
     )
     # one row per token occurrence: the measures averaged over the layers (the unit of the
     # paper's frequency analysis)
@@ -112,7 +118,9 @@ def _detail_views(con: Any, source: str, missing: str | None) -> None:
 STRINGS_APART = 4
 
 
-def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> None:
+def _stats_view(
+    con: Any, base: StatsKind, files: consolidation.StatsFiles, runs: dict[str, MeasureSet]
+) -> None:
     """The view ``kind.name``: the statistics of every committed shard once; long by measure.
 
     A consolidated run's file has one row per key and is read as it is; the files of a run
@@ -120,8 +128,13 @@ def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> N
     tables get one row per key and measure (``n``, ``sum``, ``sumsq``, ``min``, ``max``,
     or ``sequences``, ``seq_sum``, ``seq_sumsq``); histograms one row per key, measure and
     bin, where a derived measure has its source's bins (the same ranks). A kind with a
-    ``token_key`` gets its ``token`` from ``token_strings``.
+    ``token_key`` gets its ``token`` from ``token_strings``. The measures are those of the
+    runs whose files are read (``runs``: run id → its measures; NULL where a run has not
+    the measure, and UNPIVOT leaves those rows out).
     """
+    present = runs_in(files.consolidated + files.merging)
+    ms = measures_of_runs([runs[r] for r in present if r in runs])
+    kind = base.with_measures(ms.stored)
     keys = ", ".join(kind.key_names)
     columns = ", ".join((*kind.key_names, *(v for v, _, _ in kind.values)))
     merged = ", ".join(
@@ -147,7 +160,7 @@ def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> N
         cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t, _ in kind.values]
         parts.append(f"SELECT {', '.join(cols)} WHERE false")
     base = " UNION ALL ".join(parts)
-    prefixes = tuple(f"{m}_" for m in STORED_MEASURES)
+    prefixes = tuple(f"{m}_" for m in ms.stored)
     shared = [v for v, _, _ in kind.values if not v.startswith(prefixes)]
     # a kind named by token id: the view without strings first (``<kind>_by_id``, what the
     # named queries read: joining every row to its string costs them a third), then the
@@ -155,9 +168,11 @@ def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> N
     view = f"{kind.name}_by_id" if kind.token_key else kind.name
     moments = [v[len(prefixes[0]) :] for v, _, _ in kind.values if v.startswith(prefixes[0])]
     key_cols = [category_sql(k) + " AS category" if k == "category" else k for k in kind.key_names]
-    if "measure" in kind.key_names:  # histograms
-        codes = [STORED_MEASURES.index(DERIVED_MEASURES.get(m, (m,))[0]) for m in MEASURE_COLUMNS]
-        pairs = zip(codes, MEASURE_COLUMNS, strict=True)
+    if "measure" in kind.key_names:  # histograms: a derived measure has its source's bins
+        from mixscope.mixing.measures import CODES
+
+        codes = [CODES[ms.derived.get(m, (m,))[0]] for m in ms.columns]
+        pairs = zip(codes, ms.columns, strict=True)
         values = ", ".join(f"({c}, {_quote(m)})" for c, m in pairs)
         key_cols = ["m.measure" if k == "measure" else k for k in key_cols]
         con.execute(
@@ -169,14 +184,14 @@ def _stats_view(con: Any, kind: StatsKind, files: consolidation.StatsFiles) -> N
     else:
         power = lambda stat: 2 if stat.endswith("sumsq") else 1  # noqa: E731  Σ (f v)² = f² Σ v²
         floats = {v for v, t, _ in kind.values if t == pa.float32()}  # min, max: stay float32
-        cast = {st: "FLOAT" if f"{STORED_MEASURES[0]}_{st}" in floats else "" for st in moments}
+        cast = {st: "FLOAT" if f"{ms.stored[0]}_{st}" in floats else "" for st in moments}
         wide = ", ".join(
-            f"{_measure_expr(m, '{m}_' + st, cast[st], power(st))} AS {m}_{st}"
-            for m in MEASURE_COLUMNS
+            f"{_measure_expr(ms, m, '{m}_' + st, cast[st], power(st))} AS {m}_{st}"
+            for m in ms.columns
             for st in moments
         )
         on = ", ".join(
-            "(" + ", ".join(f"{m}_{st}" for st in moments) + f") AS {m}" for m in MEASURE_COLUMNS
+            "(" + ", ".join(f"{m}_{st}" for st in moments) + f") AS {m}" for m in ms.columns
         )
         con.execute(
             f"CREATE VIEW {view} AS UNPIVOT (SELECT run_id, {', '.join(key_cols)}, "
@@ -306,12 +321,19 @@ def connect(
             f"{'/'.join(modes)}; the statistics views (layer_stats, token_stats, …) and "
             "every named query still answer; rerun with --detail full or sample for rows"
         )
-    source = f"read_parquet({_sql_list(detail)}, {HIVE})" if detail else f"({EMPTY_DETAIL})"
-    _detail_views(con, source, missing)
+    per_run = {r.run_id: r.measure_set for r in runs}
+    detail_ms = measures_of_runs([per_run[r] for r in runs_in(detail) if r in per_run])
+    union = ", union_by_name = true" if len({per_run[r] for r in runs_in(detail)}) > 1 else ""
+    source = (
+        f"read_parquet({_sql_list(detail)}, {HIVE}{union})"
+        if detail
+        else f"({_empty_detail(detail_ms)})"
+    )
+    _detail_views(con, source, missing, detail_ms)
     _token_strings_view(con, stats["token_strings"], legacy)
     for name, kind in STATS.items():
         if name not in ("frequencies", "token_strings"):
-            _stats_view(con, kind, stats[name])
+            _stats_view(con, kind, stats[name], per_run)
 
     parts = []
     counts = stats["frequencies"].consolidated + stats["frequencies"].merging
@@ -337,14 +359,7 @@ def connect(
     )
     create_macros(con)
     create_runs_table(con, runs)
-    con.execute(
-        "CREATE TABLE measures AS SELECT * FROM (VALUES "
-        + ", ".join(
-            f"({k}, {_quote(m)}, {_quote(DERIVED_MEASURES.get(m, (m,))[0])})"
-            for k, m in enumerate(MEASURE_COLUMNS)
-        )
-        + ") AS m(ord, measure, source)"
-    )
+    create_measure_tables(con, per_run)
     if read_only:
         con.execute(f"SET allowed_directories = [{_quote(layout.uri(layout.base) + '/')}]")
         con.execute("SET enable_external_access = false")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
 from mixscope.stats.block import TokenBlock, Vocabulary
 from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins
 from mixscope.stats.keys import ID_BITS, grouped, key_order, token_keys
@@ -31,12 +32,9 @@ from mixscope.store.schema import (
     ALL_TOKENS,
     EXACT_LIMBS,
     FREQUENCIES,
-    LAYER_STATS,
-    SEQUENCE_STATS,
-    STATS,
-    TOKEN_STATS,
     TOKEN_STRINGS,
     StatsKind,
+    stats_kinds,
 )
 
 __all__ = ["ShardStatistics", "bins", "merge", "statistics"]
@@ -53,12 +51,14 @@ class ShardStatistics:
     ``tables`` builds the shard's tables once (float64 sums), token strings attached by id.
     """
 
-    def __init__(self, vocab: Vocabulary) -> None:
+    def __init__(self, vocab: Vocabulary, measures: MeasureSet | None = None) -> None:
         self.vocab = vocab
+        self.measures = measures or measure_set(DEFAULT_GROUPS)  # the run's stored measures
+        self.kinds = stats_kinds(self.measures.stored)
         self.layers = 0
-        self._tokens = TokenMoments()
-        self._token_hist = TokenHistogram()
-        self._layer_hist = LayerHistogram()
+        self._tokens = TokenMoments(len(self.measures.stored))
+        self._token_hist = TokenHistogram(self.measures.codes)
+        self._layer_hist = LayerHistogram(self.measures.codes)
         self._sequences: dict[str, np.ndarray] | None = None
         self._freq = np.zeros(0, np.int64)
 
@@ -87,9 +87,9 @@ class ShardStatistics:
             return {}
         keys, n, moments = self._tokens.by_key()
         out = {
-            TOKEN_STATS.name: self._token_stats(keys, n, moments),
-            LAYER_STATS.name: self._layer_stats(keys, n, moments),
-            SEQUENCE_STATS.name: self._sequence_stats(),
+            "token_stats": self._token_stats(keys, n, moments),
+            "layer_stats": self._layer_stats(keys, n, moments),
+            "sequence_stats": self._sequence_stats(),
             "token_hist": self._token_hist.table(self._tokens.index.keys),
             "layer_hist": self._layer_hist.table(),
         }
@@ -102,7 +102,7 @@ class ShardStatistics:
         out[TOKEN_STRINGS.name] = kind_table(
             TOKEN_STRINGS, {"token_id": named, "token": self.vocab.arrow(named)}
         )
-        return {name: out[name] for name in STATS}
+        return {name: out[name] for name in self.kinds}
 
     def _token_stats(
         self, keys: np.ndarray, n: np.ndarray, m: dict[str, list[np.ndarray]]
@@ -111,7 +111,7 @@ class ShardStatistics:
         token_id = keys >> 35
         per_row = lambda a: np.repeat(a, L)  # noqa: E731  key-major, layer-minor
         return kind_table(
-            TOKEN_STATS,
+            self.kinds["token_stats"],
             {
                 "layer": np.tile(np.arange(1, L + 1, dtype=np.int16), len(keys)),
                 "token_id": per_row(token_id),
@@ -119,7 +119,7 @@ class ShardStatistics:
                 "token_type": per_row((keys >> 3) & 15),
                 "category": per_row(keys & 7),
                 "n": per_row(n),
-                **measure_columns(m),
+                **measure_columns(m, self.measures.stored),
             },
             singleton=per_row(n == 1),
         )
@@ -135,13 +135,13 @@ class ShardStatistics:
             for k in ("sum", "sumsq", "min", "max")
         }
         return kind_table(
-            LAYER_STATS,
+            self.kinds["layer_stats"],
             {
                 "layer": np.tile(np.arange(1, L + 1), len(k2)),
                 "category": np.repeat(k2 // 16, L),
                 "token_type": np.repeat(k2 % 16, L),
                 "n": np.repeat(np.add.reduceat(n[order], starts), L),
-                **measure_columns(merged),
+                **measure_columns(merged, self.measures.stored),
             },
         )
 
@@ -153,19 +153,21 @@ class ShardStatistics:
         cats = np.where(present == N_CAT, ALL_TOKENS, present)
         moments = {k: s[k][present].transpose(1, 0, 2) for k in ("seq_sum", "seq_sumsq")}
         return kind_table(
-            SEQUENCE_STATS,
+            self.kinds["sequence_stats"],
             {
                 "layer": np.tile(np.arange(1, L + 1), len(present)),
                 "category": np.repeat(cats, L),
                 "sequences": np.repeat(s["sequences"][present], L),
-                **measure_columns(moments),
+                **measure_columns(moments, self.measures.stored),
             },
         )
 
 
-def statistics(block: TokenBlock, vocab: Vocabulary) -> dict[str, pa.Table]:
+def statistics(
+    block: TokenBlock, vocab: Vocabulary, measures: MeasureSet | None = None
+) -> dict[str, pa.Table]:
     """Every statistics table of one block (kind name → table)."""
-    acc = ShardStatistics(vocab)
+    acc = ShardStatistics(vocab, measures)
     acc.add(block)
     return acc.tables()
 

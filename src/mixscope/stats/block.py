@@ -15,9 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from mixscope.corpus.encode import EncodedSequence
-from mixscope.store.schema import MEASURE_COLUMNS, STORED_MEASURES, category_codes
-
-_STORED = [MEASURE_COLUMNS.index(m) for m in STORED_MEASURES]
+from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
+from mixscope.store.schema import category_codes
 
 
 @dataclass
@@ -87,9 +86,14 @@ class Vocabulary:
 
 
 def token_block(
-    seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray], vocab: Vocabulary
+    seqs: Sequence[EncodedSequence],
+    measures: Sequence[np.ndarray],
+    vocab: Vocabulary,
+    columns: MeasureSet | None = None,
 ) -> TokenBlock:
-    """``measures[k]`` is the engine's ``[layer, measure, seq]`` array of ``seqs[k]``."""
+    """``measures[k]`` is the engine's ``[layer, measure, seq]`` array of ``seqs[k]``, its
+    measures those of ``columns`` (default: the paper's group); the block keeps the stored
+    ones."""
     lengths = np.array([len(s) for s in seqs], dtype=np.int64)
     cat = np.concatenate
     token_id = cat([s.input_ids for s in seqs]).astype(np.int32)
@@ -97,7 +101,7 @@ def token_block(
     is_masked = cat([s.masked for s in seqs])
     # only special tokens need their string for the category
     strings = vocab.strings(token_id[is_special])
-    values = _stack(measures)
+    values = _stack(measures, (columns or measure_set(DEFAULT_GROUPS)).stored_index())
     return TokenBlock(
         doc_id=np.repeat(np.array([s.doc_id for s in seqs], dtype=np.int64), lengths),
         segment=np.repeat(np.array([s.segment for s in seqs], dtype=np.int32), lengths),
@@ -115,9 +119,9 @@ def token_block(
     )
 
 
-def _stack(measures: Sequence[np.ndarray]) -> np.ndarray:
+def _stack(measures: Sequence[np.ndarray], stored: list[int]) -> np.ndarray:
     """[layer, measure, seq] per sequence → [layer, stored measure, tokens] float32, the
     sequences end to end: two plain copies (concatenating whole rows, then taking the
     stored measures), several times faster than a strided gather per sequence."""
     whole = np.concatenate(measures, axis=2)  # [layer, measure, tokens]
-    return np.take(whole, _STORED, axis=1).astype(np.float32, copy=False)
+    return np.take(whole, stored, axis=1).astype(np.float32, copy=False)

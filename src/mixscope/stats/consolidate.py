@@ -114,7 +114,7 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
     nxt = Generation(gen.generation + 1, gen.shards | frozenset(new), {})
     from mixscope.store.writer import write_parquet
 
-    for kind_name, kind in STATS.items():
+    for kind_name, base in STATS.items():
         parts = []
         if kind_name in gen.files:
             parts.append(layout.read_table(layout.absolute(gen.files[kind_name]["path"])))
@@ -123,6 +123,7 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
                 parts.append(layout.read_table(layout.absolute(commits[s].files[kind_name].path)))
         if not parts:
             continue
+        kind = base.for_columns(parts[0].column_names)  # the run's measures, as stored
         merged = exact(kind, merge(kind, [with_exact(kind, p) for p in parts]))
         path = layout.generation_file(kind_name, run_id, nxt.generation)
         nxt.files[kind_name] = write_parquet(layout, path, merged, stats=True)

@@ -48,13 +48,19 @@ def kept(doc_ids: np.ndarray, mode: str, rate: float) -> np.ndarray:
     return in_sample(ids, rate)
 
 
-def detail_table(block: TokenBlock, vocab: Vocabulary, precision: str = "float32") -> pa.Table:
-    """One row per token in ``detail_schema(precision)``; measures as lists over layers."""
-    schema = detail_schema(precision)
+def detail_table(
+    block: TokenBlock,
+    vocab: Vocabulary,
+    precision: str = "float32",
+    stored: tuple[str, ...] = STORED_MEASURES,
+) -> pa.Table:
+    """One row per token in ``detail_schema(precision, stored)``; measures (the block's
+    stored ones, ``stored``) as lists over layers."""
+    schema = detail_schema(precision, stored)
     L = block.layers
     uniq, inverse = np.unique(block.token_id, return_inverse=True)
     strings = vocab.arrow(uniq)
-    value_type = schema.field(STORED_MEASURES[0]).type.value_type
+    value_type = schema.field(stored[0]).type.value_type
     offsets = pa.array(np.arange(0, (len(block) + 1) * L, L, dtype=np.int32))
     cols = {
         "doc_id": block.doc_id,
@@ -69,7 +75,7 @@ def detail_table(block: TokenBlock, vocab: Vocabulary, precision: str = "float32
         "category": block.category,
     }
     dtype = np.float16 if precision == "float16" else np.float32
-    for k, m in enumerate(STORED_MEASURES):
+    for k, m in enumerate(stored):
         flat = np.ascontiguousarray(block.values[:, k, :].T, dtype=dtype).ravel()  # token-major
         cols[m] = pa.ListArray.from_arrays(offsets, pa.array(flat, value_type))
     arrays = [

@@ -13,13 +13,15 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from mixscope.mixing.measures import DEFAULT_GROUPS, measure_set
 from mixscope.stats.kernels import add_layer_histogram
 from mixscope.stats.keys import ID_BITS, counted
 from mixscope.stats.tables import kind_table
-from mixscope.store.schema import CATEGORIES, HIST_BINS, LAYER_HIST, STORED_MEASURES, TOKEN_HIST
+from mixscope.store.schema import CATEGORIES, HIST_BINS, LAYER_HIST, TOKEN_HIST
 
 N_CAT = len(CATEGORIES)
-N_MEAS = len(STORED_MEASURES)
+#: the stored measures' codes of the default selection (the paper's group)
+DEFAULT_CODES = measure_set(DEFAULT_GROUPS).codes
 #: buffered token-histogram events (int64) before they are counted
 HIST_BUFFER = 1 << 22
 #: a shard with fewer tokens cannot fill an int32 count of the layer histogram
@@ -54,14 +56,17 @@ class LayerHistogram:
     the cache footprint: 1.5x the speed of int64) while no cell can reach 2^31, i.e. while
     the shard has fewer tokens; int64 from there on."""
 
-    def __init__(self) -> None:
+    def __init__(self, codes: tuple[int, ...] = DEFAULT_CODES) -> None:
         self.counts: np.ndarray | None = None
         self.tokens = 0
+        # the stable code of each stored measure (``mixing.measures.CODES``), by its index
+        self.codes = np.asarray(codes, np.int64)
 
     def add(self, values: np.ndarray, category: np.ndarray) -> None:
         """``values`` [layers, measures, tokens] float32, ``category`` [tokens]."""
         if self.counts is None:
-            self.counts = np.zeros(values.shape[0] * N_CAT * N_MEAS * HIST_BINS, np.int32)
+            size = values.shape[0] * N_CAT * len(self.codes) * HIST_BINS
+            self.counts = np.zeros(size, np.int32)
         self.tokens += values.shape[2]
         if self.tokens >= INT32_TOKENS and self.counts.dtype != np.int64:
             self.counts = self.counts.astype(np.int64)
@@ -71,24 +76,24 @@ class LayerHistogram:
     def table(self) -> pa.Table:
         assert self.counts is not None
         nz = np.flatnonzero(self.counts)
-        per_layer = N_CAT * N_MEAS * HIST_BINS
+        m = len(self.codes)
+        per_layer = N_CAT * m * HIST_BINS
         return kind_table(
             LAYER_HIST,
             {
                 "layer": nz // per_layer + 1,
-                "category": (nz // (N_MEAS * HIST_BINS)) % N_CAT,
-                "measure": (nz // HIST_BINS) % N_MEAS,
+                "category": (nz // (m * HIST_BINS)) % N_CAT,
+                "measure": self.codes[(nz // HIST_BINS) % m],
                 "bin": nz % HIST_BINS,
                 "count": self.counts[nz],
             },
         )
 
 
-#: token-histogram events: ``key id << CELL_BITS | measure << BIN_BITS | bin`` (shifts and
-#: masks, never divisions, to pack and unpack)
+#: token-histogram events: ``key id << cell_bits | measure << BIN_BITS | bin`` (shifts and
+#: masks, never divisions, to pack and unpack; ``measure`` the index among the run's
+#: stored measures, its code given when the table is built)
 BIN_BITS = HIST_BINS.bit_length() - 1
-MEASURE_BITS = max(1, (N_MEAS - 1).bit_length())
-CELL_BITS = MEASURE_BITS + BIN_BITS
 assert 1 << BIN_BITS == HIST_BINS, "HIST_BINS must be a power of two"
 
 
@@ -98,7 +103,10 @@ class TokenHistogram:
     ``TokenMoments`` (which never change), so buffered and counted events need no
     renumbering until the table is built."""
 
-    def __init__(self) -> None:
+    def __init__(self, codes: tuple[int, ...] = DEFAULT_CODES) -> None:
+        self.codes = np.asarray(codes, np.int64)
+        self.measure_bits = max(1, (len(codes) - 1).bit_length())
+        self.cell_bits = self.measure_bits + BIN_BITS
         self._buffer: list[np.ndarray] = []
         self._buffered = 0
         self._counted: list[tuple[np.ndarray, np.ndarray]] = []  # [(events, counts)]: 0 or 1
@@ -107,7 +115,7 @@ class TokenHistogram:
         """``ids`` [tokens] the key id of each token, ``v64`` [layers, measures, tokens]."""
         avg = v64.sum(axis=0) / v64.shape[0]  # [measures, tokens]
         events = fast_bins(avg)  # [measures, tokens]
-        events |= (ids << CELL_BITS) | (np.arange(N_MEAS)[:, None] << BIN_BITS)
+        events |= (ids << self.cell_bits) | (np.arange(len(self.codes))[:, None] << BIN_BITS)
         self._buffer.append(events.reshape(-1))
         self._buffered += events.size
         if self._buffered >= HIST_BUFFER:  # count, merged with the counted: memory stays
@@ -127,19 +135,20 @@ class TokenHistogram:
         [ids] the token key of each key id."""
         groups = ((token_keys >> 7) << 3) | (token_keys & 7)  # token id, original id, cat
         uniq, rank = np.unique(groups, return_inverse=True)  # rank: key id → group's place
-        mask = (1 << CELL_BITS) - 1
+        cell_bits = self.cell_bits
+        mask = (1 << cell_bits) - 1
 
         def renumbered(events: np.ndarray) -> np.ndarray:
-            return (rank[events >> CELL_BITS] << CELL_BITS) | (events & mask)
+            return (rank[events >> cell_bits] << cell_bits) | (events & mask)
 
         buffered = np.concatenate(self._buffer) if self._buffer else np.empty(0, np.int64)
         raw = renumbered(buffered)  # the buffer stays: more blocks may follow
         parts = [(renumbered(k), c) for k, c in self._counted]
         keys = np.concatenate([k for k, _ in parts] + [raw])
         weights = np.concatenate([c for _, c in parts] + [np.ones(len(raw), np.int64)])
-        bits = int(max(len(uniq) - 1, 1)).bit_length() + CELL_BITS
+        bits = int(max(len(uniq) - 1, 1)).bit_length() + cell_bits
         hk, hc = counted(keys, weights, bits)  # a radix sort: several times np.sort's speed
-        group = uniq[hk >> CELL_BITS]
+        group = uniq[hk >> cell_bits]
         ids = group >> (ID_BITS + 3)
         return kind_table(
             TOKEN_HIST,
@@ -147,7 +156,7 @@ class TokenHistogram:
                 "token_id": ids,
                 "original_id": (group >> 3) & ((1 << ID_BITS) - 1),
                 "category": group & 7,
-                "measure": (hk >> BIN_BITS) & ((1 << MEASURE_BITS) - 1),
+                "measure": self.codes[(hk >> BIN_BITS) & ((1 << self.measure_bits) - 1)],
                 "bin": hk & (HIST_BINS - 1),
                 "count": hc,
             },

@@ -19,7 +19,6 @@ from mixscope.stats.keys import KeyIndex, grouped, unique_inverse
 from mixscope.store.schema import CATEGORIES, STORED_MEASURES
 
 N_CAT = len(CATEGORIES)
-N_MEAS = len(STORED_MEASURES)
 
 
 class TokenMoments:
@@ -32,12 +31,13 @@ class TokenMoments:
     exact; each sum adds its values in token order.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, measures: int = len(STORED_MEASURES)) -> None:
         self.index = KeyIndex()
         self.layers = 0
+        self.measures = measures  # stored measures of the run
         self.n = np.zeros(0, np.int64)
-        self.sum = self.sumsq = np.zeros((0, N_MEAS, 0))
-        self.min = self.max = np.zeros((0, N_MEAS, 0), np.float32)
+        self.sum = self.sumsq = np.zeros((0, measures, 0))
+        self.min = self.max = np.zeros((0, measures, 0), np.float32)
 
     @property
     def capacity(self) -> int:
@@ -53,7 +53,7 @@ class TokenMoments:
         self.layers = layers
 
         def grown(a: np.ndarray, fill: float) -> np.ndarray:
-            out = np.empty((cap, N_MEAS, layers), a.dtype)
+            out = np.empty((cap, self.measures, layers), a.dtype)
             if old:
                 out[:old] = a
             out[old:] = fill
@@ -81,7 +81,7 @@ class TokenMoments:
         array per measure (one gather each: no transposed copy)."""
         order = np.argsort(self.index.keys)
         moments = {
-            k: [getattr(self, k)[order, j] for j in range(N_MEAS)]
+            k: [getattr(self, k)[order, j] for j in range(self.measures)]
             for k in ("sum", "sumsq", "min", "max")
         }
         return self.index.keys[order], self.n[order], moments
@@ -90,13 +90,13 @@ class TokenMoments:
 def sequence_moments(block: TokenBlock, v64: np.ndarray) -> dict[str, np.ndarray]:
     """Per category (index N_CAT: every token): sequences with such tokens, Σ and Σ² of
     their per-sequence means ([N_CAT + 1, measures, layers])."""
-    L, T = v64.shape[0], v64.shape[2]
+    L, M, T = v64.shape
     group = block.sequence * N_CAT + block.category  # [tokens]
     order, starts, present = grouped(group)  # the (sequence, category) groups there are
     counts = np.diff(np.r_[starts, T])
-    ordered = np.take(v64.reshape(L * N_MEAS, T), order, axis=1)
+    ordered = np.take(v64.reshape(L * M, T), order, axis=1)
     sums = np.add.reduceat(ordered, starts, axis=1)  # [layer · m, group]
-    sums = sums.reshape(L, N_MEAS, -1).transpose(1, 0, 2)  # [m, layer, group]
+    sums = sums.reshape(L, M, -1).transpose(1, 0, 2)  # [m, layer, group]
     seq_of, cats = present // N_CAT, present % N_CAT
     seq_starts = np.flatnonzero(np.r_[True, seq_of[1:] != seq_of[:-1]])
     per_seq = np.add.reduceat(counts, seq_starts)
@@ -106,7 +106,7 @@ def sequence_moments(block: TokenBlock, v64: np.ndarray) -> dict[str, np.ndarray
     out["sequences"][:N_CAT] = np.bincount(cats, minlength=N_CAT)
     out["sequences"][N_CAT] = len(seq_starts)
     for name, power in (("seq_sum", 1), ("seq_sumsq", 2)):
-        acc = np.zeros((N_CAT + 1, N_MEAS, L))
+        acc = np.zeros((N_CAT + 1, M, L))
         for c in np.unique(cats):
             acc[c] = (means[:, :, cats == c] ** power).sum(axis=2)
         acc[N_CAT] = (seq_means**power).sum(axis=2)

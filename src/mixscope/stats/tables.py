@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mixscope.store.schema import STORED_MEASURES, StatsKind
+from mixscope.store.schema import StatsKind
 
 
 def kind_table(
@@ -31,11 +31,12 @@ def kind_table(
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=kind.schema.metadata))
 
 
-def measure_columns(stats: dict[str, Any]) -> dict[str, np.ndarray]:
+def measure_columns(stats: dict[str, Any], stored: tuple[str, ...]) -> dict[str, np.ndarray]:
     """``{stat: [measure, keys, layers]}`` (an array, or a list of one [keys, layers] array
-    per measure) → ``{"attn_w_sum": [keys · layers], …}`` (key-major, layer-minor rows)."""
+    per measure of ``stored``) → ``{"<measure>_<stat>": [keys · layers], …}`` (key-major,
+    layer-minor rows)."""
     return {
         f"{m}_{stat}": arr[k].reshape(-1)
-        for k, m in enumerate(STORED_MEASURES)
+        for k, m in enumerate(stored)
         for stat, arr in stats.items()
     }

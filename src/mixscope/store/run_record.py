@@ -19,7 +19,17 @@ from mixscope.store.records import known_keys, need
 #: version of the run record (0: records written before it was stored)
 RUN_FORMAT = 1
 
-_OBJECTS = ("model", "corpus", "options", "runtime", "spec", "output", "libraries", "errors")
+_OBJECTS = (
+    "model",
+    "corpus",
+    "options",
+    "runtime",
+    "spec",
+    "output",
+    "libraries",
+    "errors",
+    "measures",
+)
 _COUNTS = ("shards_total", "shards_done", "shards_failed", "rows", "tokens")
 
 
@@ -47,8 +57,26 @@ class RunRecord:
     rows: int = 0
     tokens: int = 0
     errors: Mapping[str, str] = field(default_factory=dict)  # shard id → first line
+    #: the measure groups the run computes ({"groups": [...], "columns": [...],
+    #: "skipped": {group: why}} — what ``all`` left out); empty: written before groups
+    #: existed, i.e. the paper's group
+    measures: Mapping[str, Any] = field(default_factory=dict)
     format: int = RUN_FORMAT
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The run's measure groups (runs written before groups existed: the paper's)."""
+        from mixscope.mixing.measures import DEFAULT_GROUPS
+
+        return tuple(self.measures.get("groups") or DEFAULT_GROUPS)
+
+    @property
+    def measure_set(self) -> Any:
+        """The run's columns (:class:`~mixscope.mixing.measures.MeasureSet`)."""
+        from mixscope.mixing.measures import measure_set
+
+        return measure_set(self.groups)
 
     @property
     def detail(self) -> str:

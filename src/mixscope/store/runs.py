@@ -21,10 +21,13 @@ from mixscope.store.run_record import RUN_FORMAT, RunRecord
 from mixscope.store.schema import SCHEMA_VERSION
 
 
-def identity_options(spec: JobSpec, max_length: int) -> dict[str, Any]:
+def identity_options(
+    spec: JobSpec, max_length: int, groups: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     """The options that change the numbers or the documents. ``max_length`` is the resolved
     sequence length (``models.loading.resolved_max_length``), not the requested one, so a
-    spec that leaves it to the model and one that names the model's limit are one run."""
+    spec that leaves it to the model and one that names the model's limit are one run;
+    ``groups`` the resolved measure groups (``all`` expanded for the model), likewise."""
     c, a, o = spec.corpus, spec.analysis, spec.output
     options: dict[str, Any] = {
         "corpus": {
@@ -55,6 +58,10 @@ def identity_options(spec: JobSpec, max_length: int) -> dict[str, Any]:
         options["corpus"]["pair_selection"] = c.pair_selection
     if a.mask_count != "round":
         options["analysis"]["mask_count"] = a.mask_count
+    from mixscope.mixing.measures import DEFAULT_GROUPS
+
+    if groups is not None and tuple(groups) != DEFAULT_GROUPS:
+        options["analysis"]["measures"] = list(groups)
     return options
 
 

@@ -63,8 +63,8 @@ def parse_names(value: str | Iterable[str] | None) -> tuple[str, ...]:
     registry (``all`` kept as it is); duplicates dropped, registry order."""
     if value is None:
         return DEFAULT_GROUPS
-    names = value.split(",") if isinstance(value, str) else list(value)
-    wanted = [str(n).strip() for n in names if str(n).strip()]
+    items = [value] if isinstance(value, str) else list(value)
+    wanted = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
     if not wanted:
         raise MixscopeError(f"measures: name at least one group ({', '.join(GROUPS)}) or all")
     unknown = [n for n in wanted if n != ALL and n not in GROUPS]
