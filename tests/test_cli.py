@@ -51,7 +51,9 @@ def test_token_table_and_outputs(run, minilm_path, tmp_path):
     assert "wrote 30 rows" in result.stderr
     assert [r.split()[3] for r in rows] == ["[CLS]", "dogs", "bark", ".", "[SEP]"]
     table = pq.read_table(pq_out)
-    assert table.num_rows == 5 * 6 and table.column_names == mixscope.api.TOKENS_SCHEMA.names
+    assert (
+        table.num_rows == 5 * 6 and table.column_names == mixscope.store.schema.TOKENS_SCHEMA.names
+    )
     assert (
         run("analyze", "-m", minilm_path, "--pair", "A b.", "C d.", "-o", str(csv_out)).exit_code
         == 0

@@ -50,6 +50,7 @@ def test_every_named_query_is_checked_here():
         "compare_runs",
         "compare_token_types",
         "top_tokens",
+        "sink_profile",  # tests/test_measure_runs.py (a root with the sink group)
     }
     for q in all_queries().values():
         assert q.description and q.columns and q.sql.lstrip().startswith("--"), q.name

@@ -1,9 +1,9 @@
 """The shape of the code base, checked: what a newcomer relies on without reading everything.
 
 - no module in ``src/`` over 400 lines (one concept per file);
-- the measure names are defined once (``mixscope/measures.py``): no other module spells
-  the five-name tuple out, and every named query that lists measures lists exactly the
-  schema's (so adding a measure fails here until each query knows it);
+- one home per measure: its name is spelled only in its group's file
+  (``mixing/measures/<group>.py``) and that group's named queries; every group states its
+  contract (definition, columns with label and colour, tensor code, exactness check);
 - Ray is imported only by the Ray executor modules (the worker is a plain class);
 - the package root and the CLI stay import-light (no torch, ray or pyarrow at load).
 """
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mixscope.store.schema import MEASURE_COLUMNS, STORED_MEASURES
+from mixscope.mixing.measures import CODES, GROUPS, all_columns, group_of
+from mixscope.mixing.measures.base import MeasureGroup
+from mixscope.store.schema import STORED_MEASURES
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "mixscope"
 MODULES = sorted(SRC.rglob("*.py"))
@@ -42,42 +44,59 @@ def test_no_module_over_the_line_limit(path: Path) -> None:
     assert lines <= MAX_LINES, f"{_rel(path)} has {lines} lines (> {MAX_LINES}): split it"
 
 
-def _string_tuples(path: Path) -> list[tuple[str, ...]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    out = []
-    for node in ast.walk(tree):
-        strings = isinstance(node, ast.Tuple | ast.List) and all(
-            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts
-        )
-        if strings and node.elts:  # type: ignore[attr-defined]
-            out.append(tuple(e.value for e in node.elts))  # type: ignore[attr-defined]
-    return out
+#: example command lines in ``--help`` texts may spell a measure (what a user types)
+EXAMPLE = re.compile(r"^\s*mixscope (sql|query|analyze) ")
+GROUP_HEADER = re.compile(r"^--\s*group:\s*(\w+)", re.MULTILINE)
 
 
-def test_measure_names_are_defined_once() -> None:
-    owners = [
-        _rel(p)
-        for p in MODULES
-        for t in _string_tuples(p)
-        if set(t) >= set(STORED_MEASURES) and set(t) <= set(MEASURE_COLUMNS)
-    ]
-    assert owners == ["measures.py"], owners
+def _home(path: Path) -> str | None:
+    """The group whose measures ``path`` may spell: a group's own file, or a named query
+    that declares its group (``-- group: sink``)."""
+    rel = _rel(path)
+    if rel.startswith("mixing/measures/") and path.stem in GROUPS:
+        return path.stem
+    if path.suffix == ".sql":
+        m = GROUP_HEADER.search(path.read_text(encoding="utf-8"))
+        return m.group(1) if m else None
+    return None
 
 
-MEASURE_NAME = re.compile(r"\b(attn\w*_[wn])\b")
+def test_a_measure_is_spelled_only_in_its_groups_file() -> None:
+    """One home per measure: its name appears in the package only in its group's file (and
+    the named queries of that group), never in a schema, a view, a query or a figure that
+    lists measures (those are generated from the registry); --help examples aside."""
+    files = MODULES + QUERIES
+    names = {c.name: group_of(c.name) for c in all_columns()}
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    found = []
+    for path in files:
+        home = _home(path)
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if EXAMPLE.match(line):
+                continue
+            for m in pattern.findall(line):
+                if names[m] != home:
+                    found.append(f"{_rel(path)}:{n}: {m}")
+    assert not found, found
 
 
-@pytest.mark.parametrize("path", QUERIES, ids=lambda p: p.name)
-def test_named_queries_list_the_schemas_measures(path: Path) -> None:
-    body = "\n".join(
-        line.split("--", 1)[0] for line in path.read_text(encoding="utf-8").splitlines()
+@pytest.mark.parametrize("name", list(GROUPS))
+def test_every_group_states_its_contract(name: str) -> None:
+    g = GROUPS[name]
+    module = sys.modules[type(g).__module__]
+    assert module.__doc__ and len(module.__doc__.splitlines()) >= 5  # definition and source
+    assert g.name == name and g.title and g.columns and g.needs
+    assert all(c.label and re.fullmatch(r"#[0-9a-f]{6}", c.color) for c in g.columns)
+    assert type(g).compute is not MeasureGroup.compute and type(g).check is not MeasureGroup.check
+    colors = [c.color for c in all_columns()]
+    assert len(set(colors)) == len(colors)  # every measure its own colour in every figure
+
+
+def test_stored_codes_are_append_only() -> None:
+    """The histogram files store each measure's code: the paper's four keep 0-3."""
+    assert list(CODES)[:4] == list(STORED_MEASURES) and list(CODES.values()) == list(
+        range(len(CODES))
     )
-    named = set(MEASURE_NAME.findall(body))
-    assert named <= set(MEASURE_COLUMNS), (
-        f"{path.name}: unknown measures {named - set(MEASURE_COLUMNS)}"
-    )
-    if named:  # a query that spells measures out spells out every stored one
-        assert named >= set(STORED_MEASURES), f"{path.name} lacks {set(STORED_MEASURES) - named}"
 
 
 def test_ray_is_imported_only_by_the_ray_executor() -> None:

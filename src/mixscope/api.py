@@ -36,7 +36,7 @@ class ContributionMap:
     maps: dict[str, np.ndarray] = field(default_factory=dict)  # measure → [layer, seq, seq]
 
     def __getattr__(self, name: str) -> np.ndarray:
-        """A map by its measure's name (``m.attnresln_n``), as ``m.maps[name]``."""
+        """A map by its measure's name (``m.<measure>``), as ``m.maps[name]``."""
         maps = self.__dict__.get("maps") or {}
         if name in maps:
             return maps[name]

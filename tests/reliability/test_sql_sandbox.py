@@ -147,6 +147,7 @@ STRING_PARAMS = {
     "compare_runs": ["a", "b"],
     "compare_token_types": ["a", "b"],
     "top_tokens": ["run_id"],
+    "sink_profile": ["run_id"],  # a measure group's query: no run here has it
 }
 
 
@@ -169,6 +170,10 @@ def test_parameters_are_values_not_sql(synth_root):
                 given = {p: value for p in chosen}
                 if "reference" in given:  # a value: no such table, said so (not run as SQL)
                     with pytest.raises(MixscopeError, match="no reference frequency table"):
+                        run_query(con, name, given)
+                    continue
+                if all_queries()[name].group:  # no run with the group (no such run): said so
+                    with pytest.raises(MixscopeError, match="measure group"):
                         run_query(con, name, given)
                     continue
                 assert run_query(con, name, given).fetchall() == [], (name, given)

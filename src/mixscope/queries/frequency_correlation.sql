@@ -12,8 +12,10 @@
 -- values need only those <= 4,096 bins per measure. `bound` is the worst-case
 -- |rho - exact rho| of the two (README, "Spearman's rho from histograms"):
 -- s + s^2/2, s^2 = sum c_b (c_b^2 - 1) / (12 sum c_b dy_b^2). frequency_correlation_exact
--- computes rho from the per-token rows. A derived measure (attnres_w = attn_w / 2) has its
--- source's ranks, so its source's rho. Tokens missing from a reference table are left out.
+-- computes rho from the per-token rows. A derived measure (exactly a factor times a stored
+-- one) has its source's ranks, so its source's rho. Tokens missing from a reference table
+-- are left out. Every measure of the selected runs (the `measures` table); a run answers
+-- for the measures its groups have.
 -- An occurrence is ranked by its ORIGINAL token (token_hist.original_id, before masking):
 -- a [MASK] occurrence counts at the frequency rank of the token it replaced, as in the
 -- authors' analysis (its value is still the one computed at [MASK]); its string, for a
@@ -24,12 +26,16 @@ WITH hist AS NOT MATERIALIZED (  -- the stored measures' bins by original token;
         CASE WHEN category IN ('cls', 'sep') THEN 0 ELSE count END AS c2
     FROM token_hist_by_id  -- token_hist without its strings (not needed here)
     WHERE ($run_id IS NULL OR run_id = $run_id)
-        AND measure IN ('attn_w', 'attn_n', 'attnres_n', 'attnresln_n')  -- the stored ones
+        AND measure IN (SELECT measure FROM measures WHERE stored)
+),
+one_measure AS (  -- per run, one stored measure it has (every one counts each occurrence)
+    SELECT run_id, min(measure) AS measure
+    FROM run_measures WHERE measure IN (SELECT measure FROM measures WHERE stored)
+    GROUP BY run_id
 ),
 counts AS (  -- occurrences of each original token (the same in every measure's histogram)
     SELECT run_id, token_id, sum(count) AS c, sum(c2) AS c2
-    FROM hist
-    WHERE measure = 'attn_w'
+    FROM hist JOIN one_measure USING (run_id, measure)
     GROUP BY run_id, token_id
 ),
 per_token AS (  -- with the original token's string (the run's own counts name every one)

@@ -14,14 +14,14 @@
 -- for a reference keyed by strings, is that token's in the run's own counts.
 WITH by_original AS (  -- every occurrence under its original token
     SELECT o.run_id, o.original_id AS token_id, f.token, o.category,
-        o.attn_w, o.attn_n, o.attnres_n, o.attnresln_n
+        {{stored:o.@}}
     FROM occurrences o LEFT JOIN frequencies f
         ON f.reference IS NULL AND f.run_id = o.run_id AND f.token_id = o.original_id
     WHERE $run_id IS NULL OR o.run_id = $run_id
 ),
 occ AS (  -- every occurrence with its frequency rank; c2: not [CLS]/[SEP]
     SELECT run_id, freq_rank AS x, CASE WHEN category IN ('cls', 'sep') THEN 0 ELSE 1 END AS c2,
-        attn_w, attn_n, attnres_n, attnresln_n
+        {{stored:@}}
     FROM ranked(by_original, $reference)   -- helper macros of the views
 ),
 xs AS (SELECT run_id, x, count(*) AS cx, sum(c2) AS cx2 FROM occ GROUP BY run_id, x),
@@ -39,14 +39,15 @@ sx AS (
         sum(cx * dx * dx) AS sxx, sum(cx2 * dx2 * dx2) AS sxx2
     FROM xd GROUP BY run_id, g
 ),
-long AS (  -- one row per occurrence and stored measure k (0-based, in this order)
-    SELECT xd.g, o.c2, xd.dx, o.c2 * xd.dx2 AS dx2, unnest([0, 1, 2, 3]) AS k,
-        unnest([o.attn_w, o.attn_n, o.attnres_n, o.attnresln_n]) AS y
+long AS (  -- one row per occurrence and stored measure k (its source's name)
+    SELECT xd.g, o.c2, xd.dx, o.c2 * xd.dx2 AS dx2, unnest([{{stored:'@'}}]) AS k,
+        unnest([{{stored:o.@}}]) AS y
     FROM occ o JOIN xd USING (run_id, x)
 ),
 ys AS (  -- each distinct value: its counts and sum dx of its occurrences
     SELECT g, k, y, count(*) AS cy, sum(c2) AS cy2, sum(dx) AS sdx, sum(dx2) AS sdx2
-    FROM long GROUP BY g, k, y
+    FROM long WHERE y IS NOT NULL  -- a run without the measure: no values
+    GROUP BY g, k, y
 ),
 yd AS (  -- centred mean ranks of the distinct values (partition totals: n, n2)
     SELECT g, k, cy, cy2, sdx, sdx2,
@@ -61,7 +62,7 @@ sy AS (
     FROM yd GROUP BY g, k
 ),
 rho AS (
-    SELECT run_id, ['attn_w', 'attn_n', 'attnres_n', 'attnresln_n'][k + 1] AS source,
+    SELECT run_id, k AS source,
         n::BIGINT AS n, sxy / sqrt(sxx * syy) AS rho,
         n2::BIGINT AS n2, sxy2 / sqrt(sxx2 * syy2) AS rho2
     FROM sy JOIN sx USING (g)

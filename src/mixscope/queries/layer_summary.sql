@@ -1,8 +1,9 @@
 -- name: layer_summary
--- description: Per run and layer: the five measures' token-level means side by side (what `mixscope run` prints).
+-- description: Per run and layer: every measure's token-level mean side by side (what `mixscope run` prints).
 -- param: run_id = null | only this run (default: every run)
--- columns: run_id, layer, tokens, attn_w, attn_n, attnres_w, attnres_n, attnresln_n
--- Reads layer_stats: the same answer in every output.detail mode.
+-- columns: run_id, layer, tokens, {{measures:@}}
+-- Reads layer_stats: the same answer in every output.detail mode. One column per measure
+-- of the selected runs' groups (NULL for a run without it), listed from the registry.
 WITH per_layer AS (
     SELECT run_id, layer, measure, sum(sum) / sum(n) AS mean, sum(n)::BIGINT AS n
     FROM layer_stats
@@ -12,12 +13,8 @@ WITH per_layer AS (
 SELECT
     run_id,
     layer,
-    any_value(n)                                      AS tokens,
-    any_value(mean) FILTER (measure = 'attn_w')       AS attn_w,
-    any_value(mean) FILTER (measure = 'attn_n')       AS attn_n,
-    any_value(mean) FILTER (measure = 'attnres_w')    AS attnres_w,
-    any_value(mean) FILTER (measure = 'attnres_n')    AS attnres_n,
-    any_value(mean) FILTER (measure = 'attnresln_n')  AS attnresln_n
+    max(n)  AS tokens,  -- the same in every measure the run has
+    {{measures:any_value(mean) FILTER (measure = '@') AS @}}
 FROM per_layer
 GROUP BY run_id, layer
 ORDER BY run_id, layer

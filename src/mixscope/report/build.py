@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mixscope import MEASURES, __version__
+from mixscope import __version__
 from mixscope.errors import MixscopeError
 from mixscope.report import data
 from mixscope.report import html as H
@@ -63,7 +63,7 @@ def build_report(
     from mixscope.report.comparison import compare_section, with_compared
     from mixscope.report.contributions import contributions_section
     from mixscope.report.frequency import frequency_section
-    from mixscope.report.layers import layer_sections
+    from mixscope.report.layers import layer_sections, sink_section
     from mixscope.report.tables import runs_section, summary_section
     from mixscope.report.trend import trend_section
 
@@ -76,6 +76,7 @@ def build_report(
     summary = summary_section(rep)
     layer_sections(rep)
     frequency_section(rep)
+    sink_section(rep)
     trend_section(rep)
     compare_section(rep, compare)
     contributions_section(rep, examples)
@@ -89,7 +90,7 @@ def build_report(
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         meta = (
             f"mixscope {__version__} · {root} · {len(rep.runs)} run(s) · "
-            f"measures {', '.join(MEASURES)} · built {stamp}"
+            f"measures {', '.join(rep.measures)} · built {stamp}"
         )
         text = H.page("mixscope report", meta, sections)
         write_text(out, text)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from mixscope import MEASURES
 from mixscope.report.plots import (
     CATEGORIES,
     COLORS,
     LABELS,
     label_grid,
     layer_axis,
+    measures_in,
     pyplot,
     text_on_diverging,
 )
@@ -23,7 +23,7 @@ def compare_layers(rows: list[dict], title: str) -> Any:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), layout="constrained")
     layers = sorted({int(r["layer"]) for r in rows})
-    for m in MEASURES:
+    for m in measures_in(rows):
         mine = sorted((r for r in rows if r["measure"] == m), key=lambda r: int(r["layer"]))
         for side, style, marker in (("a", "--", "s"), ("b", "-", "o")):
             pts = [
@@ -71,18 +71,19 @@ def compare_token_types(rows: list[dict], title: str) -> Any:
     present = {r["category"] for r in rows}
     cats = [c for c in CATEGORIES if c in present]
     width = max(8.0, 2.5 + 0.55 * len(layers))
+    measures = measures_in(rows)
     fig, axes = plt.subplots(
-        len(MEASURES),
+        len(measures),
         1,
-        figsize=(width, 1.0 + len(MEASURES) * (0.45 * max(1, len(cats)) + 0.9)),
+        figsize=(width, 1.0 + len(measures) * (0.45 * max(1, len(cats)) + 0.9)),
         layout="constrained",
     )
     col = {layer: k for k, layer in enumerate(layers)}
-    grids = {m: np.full((len(cats), len(layers)), np.nan) for m in MEASURES}
+    grids = {m: np.full((len(cats), len(layers)), np.nan) for m in measures}
     for r in rows:
         if r["diff"] is not None and r["category"] in cats:
             grids[r["measure"]][cats.index(r["category"]), col[int(r["layer"])]] = 100 * r["diff"]
-    for ax, m in zip(np.atleast_1d(axes), MEASURES, strict=True):
+    for ax, m in zip(np.atleast_1d(axes), measures, strict=True):
         grid = grids[m]
         finite = np.abs(grid[np.isfinite(grid)])
         top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0

@@ -26,6 +26,7 @@ SECTIONS = {
     "layers": "Per-layer mixing ratio",
     "token-types": "Token types by layer",
     "frequency": "Frequency rank and mixing ratio",
+    "sink": "The first position: attention weight and norm",
     "trend": "Checkpoint trend",
     "compare": "Comparison of two runs",
     "contributions": "Contribution maps of an example sequence",
@@ -114,6 +115,7 @@ class Report:
             )
         self.plots: list[Plot] = []
         self.sections = {k: H.Section(k, v) for k, v in SECTIONS.items()}
+        self.measures = data.measures(self.con)  # the selected runs' measures
 
     def plot(
         self,

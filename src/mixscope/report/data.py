@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixscope.sql.named import run_query
+from mixscope.sql.named import expand, run_query
 from mixscope.sql.readonly import execute
-from mixscope.store.schema import MEASURE_COLUMNS
 
 Rows = list[dict[str, Any]]
 
@@ -40,6 +39,17 @@ def runs(con: Any) -> Rows:
     )
 
 
+def measures(con: Any) -> list[str]:
+    """Every measure of the selected runs, in registry order (the ``measures`` table)."""
+    return [m for (m,) in execute(con, "SELECT measure FROM measures ORDER BY ord").fetchall()]
+
+
+def runs_with_group(con: Any, group: str) -> set[str]:
+    """The selected runs that computed the measure group ``group``."""
+    cur = execute(con, "SELECT DISTINCT run_id FROM run_measures WHERE grp = $g", {"g": group})
+    return {r for (r,) in cur.fetchall()}
+
+
 def runs_with_rows(con: Any) -> set[str]:
     """Runs with committed results (their statistics; per-token detail is optional)."""
     return {r["run_id"] for r in rows(execute(con, "SELECT DISTINCT run_id FROM layer_stats"))}
@@ -64,13 +74,13 @@ _SAMPLE = """
 WITH by_original AS (
     SELECT o.run_id, coalesce(o.original_id, o.token_id) AS token_id,
         coalesce(f.token, o.token::VARCHAR) AS token, o.category,
-        o.attn_w, o.attn_n, o.attnres_w, o.attnres_n, o.attnresln_n
+        {{measures:o.@}}
     FROM occurrences o LEFT JOIN frequencies f
         ON f.reference IS NULL AND f.run_id = o.run_id
         AND f.token_id = coalesce(o.original_id, o.token_id)
     WHERE o.run_id = $run_id
 )
-SELECT freq_rank, category, attn_w, attn_n, attnres_w, attnres_n, attnresln_n
+SELECT freq_rank, category, {{measures:@}}
 FROM ranked(by_original, $reference)
 USING SAMPLE reservoir({limit} ROWS) REPEATABLE (0)
 """
@@ -108,13 +118,14 @@ def frequency_sample(
     one at the rank of the token it replaced). ``label`` says which.
     """
     params = {"run_id": run_id, "reference": reference}
+    names = measures(con)
     if detail:
-        out = execute(con, _SAMPLE.format(limit=int(limit)), params).fetchnumpy()
+        sql = expand(_SAMPLE, names, []).format(limit=int(limit))
+        out = execute(con, sql, params).fetchnumpy()
         out["label"] = "token occurrences (sample)"
         return out
     means = ", ".join(
-        f"sum(sum) FILTER (measure = '{m}') / sum(n) FILTER (measure = '{m}') AS {m}"
-        for m in MEASURE_COLUMNS
+        f"sum(sum) FILTER (measure = '{m}') / sum(n) FILTER (measure = '{m}') AS {m}" for m in names
     )
     out = execute(con, _TOKEN_MEANS.format(means=means), params).fetchnumpy()
     out["label"] = "tokens (mean over occurrences)"

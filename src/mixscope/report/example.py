@@ -101,6 +101,6 @@ def example_for(root: str, record: RunRecord, max_tokens: int = MAX_TOKENS) -> E
         ex.error = f"{type(exc).__name__}: {first}" if not isinstance(exc, MixscopeError) else first
         return ex
     ex.tokens = list(maps[0].tokens)
-    ex.maps = {m: maps[0].maps[m] for m in ("attn_n", "attnres_n", "attnresln_n")}
+    ex.maps = dict(maps[0].maps)  # every measure with per-pair maps (the paper's norms)
     ex.truncated = len(maps) > 1
     return ex

@@ -11,7 +11,7 @@ from typing import Any
 from mixscope.errors import MixscopeError
 
 #: the sections with figures (layers and token types are drawn together)
-SECTIONS = ("layers", "token-types", "frequency", "trend", "compare", "contributions")
+SECTIONS = ("layers", "token-types", "frequency", "sink", "trend", "compare", "contributions")
 
 
 def figures(
@@ -29,7 +29,7 @@ def figures(
     from mixscope.report.context import Report, select_runs
     from mixscope.report.contributions import contributions_section
     from mixscope.report.frequency import frequency_section
-    from mixscope.report.layers import layer_sections
+    from mixscope.report.layers import layer_sections, sink_section
     from mixscope.report.plots import pyplot
     from mixscope.report.trend import trend_section
 
@@ -41,6 +41,7 @@ def figures(
         "layers": layer_sections,
         "token-types": layer_sections,
         "frequency": frequency_section,
+        "sink": sink_section,
         "trend": trend_section,
         "compare": lambda r: compare_section(r, compare),
         "contributions": lambda r: contributions_section(r, True),

@@ -12,24 +12,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from mixscope import MEASURES
-from mixscope.store.schema import PAIR_MEASURES
+from mixscope.mixing.measures import all_columns
 
-LABELS = {
-    "attn_w": "ATTN-W",
-    "attn_n": "ATTN-N",
-    "attnres_w": "ATTNRES-W",
-    "attnres_n": "ATTNRES-N",
-    "attnresln_n": "ATTNRESLN-N",
-}
-COLORS = {
-    "attn_w": "#9ecae1",
-    "attn_n": "#3182bd",
-    "attnres_w": "#fdae6b",
-    "attnres_n": "#e6550d",
-    "attnresln_n": "#31a354",
-}
-LINESTYLES = {m: "--" if m.endswith("_w") else "-" for m in MEASURES}
+#: every measure's label, colour and line style, from its group's file
+LABELS = {c.name: c.label for c in all_columns()}
+COLORS = {c.name: c.color for c in all_columns()}
+LINESTYLES = {c.name: "--" if c.dashed else "-" for c in all_columns()}
+#: registry order
+_ORDER = {c.name: k for k, c in enumerate(all_columns())}
 CATEGORIES = ("cls", "sep", "mask", "normal", "other_special")
 CATEGORY_LABELS = {
     "cls": "[CLS]",
@@ -39,6 +29,25 @@ CATEGORY_LABELS = {
     "other_special": "other special",
     "overall": "overall",
 }
+
+
+def measures_in(rows: list[dict]) -> list[str]:
+    """The measures that ``rows`` have (a ``measure`` column), in registry order: a figure
+    shows the measures of the runs it is about."""
+    present = {r["measure"] for r in rows if r.get("measure") in _ORDER}
+    return sorted(present, key=_ORDER.__getitem__)
+
+
+def _panels(plt: Any, n: int) -> tuple[Any, list[Any]]:
+    """A figure of ``n`` measure panels and one more for the legend, three per row."""
+    import numpy as np
+
+    rows = max(1, math.ceil((n + 1) / 3))
+    fig, axes = plt.subplots(rows, 3, figsize=(15, 4.5 * rows), layout="constrained")
+    flat = list(np.ravel(axes))
+    for ax in flat[n + 1 :]:
+        ax.axis("off")
+    return fig, flat
 
 
 def pyplot() -> Any:
@@ -72,11 +81,11 @@ def layer_axis(ax: Any, layers: list[int]) -> None:
 
 
 def layer_curves(profile: list[dict], title: str) -> Any:
-    """Per-layer mixing ratio of the five measures (per-sequence means, as in the paper)."""
+    """Per-layer mixing ratio of every measure (per-sequence means, as in the paper)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 5.5), layout="constrained")
     layers = sorted({int(r["layer"]) for r in profile})
-    for m in MEASURES:
+    for m in measures_in(profile):
         pts = sorted((int(r["layer"]), 100 * r["seq_mean"]) for r in profile if r["measure"] == m)
         if pts:
             xs, ys = zip(*pts, strict=True)
@@ -108,14 +117,15 @@ def token_type_heatmap(types: list[dict], profile: list[dict], title: str) -> An
     present = {r["category"] for r in types}
     cats = [c for c in CATEGORIES if c in present] + ["overall"]
     width = max(8.0, 2.5 + 0.55 * len(layers))
+    measures = measures_in(profile + types)
     fig, axes = plt.subplots(
-        len(MEASURES),
+        len(measures),
         1,
-        figsize=(width, 1.0 + len(MEASURES) * (0.45 * len(cats) + 0.9)),
+        figsize=(width, 1.0 + len(measures) * (0.45 * len(cats) + 0.9)),
         layout="constrained",
     )
     col = {layer: k for k, layer in enumerate(layers)}
-    for ax, m in zip(np.atleast_1d(axes), MEASURES, strict=True):
+    for ax, m in zip(np.atleast_1d(axes), measures, strict=True):
         grid = np.full((len(cats), len(layers)), np.nan)
         for r in types:
             if r["measure"] == m:
@@ -180,12 +190,12 @@ def frequency(
     import numpy as np
 
     plt = pyplot()
-    fig, axes = plt.subplots(2, 3, figsize=(15, 9), layout="constrained")
-    flat = list(np.ravel(axes))
+    measures = measures_in(bins + rho) or [m for m in LABELS if m in sample]
+    fig, flat = _panels(plt, len(measures))
     ranks = np.asarray(sample.get("freq_rank", []), dtype=float)
     by_measure = {r["measure"]: r for r in rho}
-    for ax, m in zip(flat, MEASURES, strict=False):
-        if ranks.size:
+    for ax, m in zip(flat, measures, strict=False):
+        if ranks.size and m in sample:
             ax.scatter(
                 ranks,
                 100 * np.asarray(sample[m], dtype=float),
@@ -212,7 +222,7 @@ def frequency(
             if r.get("rho_no_special") is not None:
                 rho_text += f" (without [CLS]/[SEP]: {r['rho_no_special']:+.2f})"
         ax.set_title(LABELS[m] + rho_text)
-    legend_ax = flat[len(MEASURES)]
+    legend_ax = flat[len(measures)]
     legend_ax.axis("off")
     handles, names = flat[0].get_legend_handles_labels()
     if handles:
@@ -235,15 +245,14 @@ def frequency(
 
 def checkpoint_trend(trend: list[dict], title: str) -> Any:
     """Mean ratio vs training step: one line per layer and the all-layer mean, per measure."""
-    import numpy as np
 
     plt = pyplot()
     cmap = plt.get_cmap("viridis")
-    fig, axes = plt.subplots(2, 3, figsize=(15, 9), layout="constrained")
-    flat = list(np.ravel(axes))
+    measures = measures_in(trend)
+    fig, flat = _panels(plt, len(measures))
     layers = sorted({int(r["layer"]) for r in trend})
     steps = sorted({int(r["step"]) for r in trend})
-    for ax, m in zip(flat, MEASURES, strict=False):
+    for ax, m in zip(flat, measures, strict=False):
         rows = [r for r in trend if r["measure"] == m]
         for k, layer in enumerate(layers):
             pts = sorted((int(r["step"]), 100 * r["mean"]) for r in rows if r["layer"] == layer)
@@ -268,7 +277,7 @@ def checkpoint_trend(trend: list[dict], title: str) -> Any:
         ax.set_xlabel("training step")
         ax.set_ylabel("mean ratio (%)")
         ax.grid(True, alpha=0.3)
-    legend_ax = flat[len(MEASURES)]
+    legend_ax = flat[len(measures)]
     legend_ax.axis("off")
     handles, names = flat[0].get_legend_handles_labels()
     if handles:
@@ -278,15 +287,16 @@ def checkpoint_trend(trend: list[dict], title: str) -> Any:
 
 
 def contribution_maps(tokens: list[str], maps: dict[str, Any], layer: int, title: str) -> Any:
-    """‖P_ij‖ of one sequence at one layer (0-based index ``layer``), for the three norms."""
+    """‖P_ij‖ of one sequence at one layer (0-based index ``layer``), one panel per map."""
     plt = pyplot()
     n = len(tokens)
+    names = sorted(maps, key=_ORDER.__getitem__)
     size = max(4.0, min(6.0, 0.13 * n + 0.8))  # inches per panel: ~15 px per token
     fig, axes = plt.subplots(
-        1, len(PAIR_MEASURES), figsize=(3 * size + 1.5, 0.8 * size + 1.3), layout="constrained"
+        1, len(names), figsize=(3 * size + 1.5, 0.8 * size + 1.3), layout="constrained"
     )
     font = 9 if n <= 32 else (8 if n <= 40 else 6)
-    for ax, m in zip(axes, PAIR_MEASURES, strict=True):
+    for ax, m in zip(axes, names, strict=True):
         im = ax.imshow(maps[m][layer], cmap="Reds", interpolation="nearest", vmin=0)
         ax.set_xticks(range(n), tokens, rotation=90, fontsize=font)
         ax.set_xlabel("source token j (gives)")
@@ -299,6 +309,56 @@ def contribution_maps(tokens: list[str], maps: dict[str, Any], layer: int, title
         bar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
         bar.set_label(r"$\|P_{ij}\|$")
     fig.suptitle(title)
+    return fig
+
+
+def sink_profile(profile: list[dict], title: str) -> Any:
+    """Per layer, the first position's attention weight (dashed) and norm share (solid) by
+    token category (``sink_profile`` rows): the attention-sink weight against what the
+    first token really contributes."""
+    from mixscope.mixing.measures import GROUPS
+
+    weight, norm = (c.name for c in GROUPS["sink"].columns)  # the query's two columns
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5.5), layout="constrained")
+    layers = sorted({int(r["layer"]) for r in profile})
+    shades = plt.get_cmap("tab10")
+    present = {r["category"] for r in profile}
+    cats = ["all"] + [c for c in CATEGORIES if c in present]
+    for k, cat in enumerate(cats):
+        rows = sorted((r for r in profile if r["category"] == cat), key=lambda r: r["layer"])
+        if not rows:
+            continue
+        xs = [int(r["layer"]) for r in rows]
+        color = "black" if cat == "all" else shades(k)
+        width = 2.5 if cat == "all" else 1.5
+        name = "all tokens" if cat == "all" else CATEGORY_LABELS[cat]
+        ax.plot(
+            xs,
+            [100 * r[weight] for r in rows],
+            "--",
+            marker="s",
+            color=color,
+            linewidth=width,
+            markersize=4,
+            label=f"{name}: weight",
+        )
+        ax.plot(
+            xs,
+            [100 * r[norm] for r in rows],
+            "-",
+            marker="o",
+            color=color,
+            linewidth=width,
+            markersize=4,
+            label=f"{name}: norm",
+        )
+    layer_axis(ax, layers)
+    ax.set_ylabel("drawn from the first position (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title)
+    fig.legend(loc="outside lower center", ncol=4, frameon=False, fontsize=8)
     return fig
 
 

@@ -4,8 +4,17 @@
     -- description: one line
     -- param: run_id = null | what it does       (default parsed as YAML; ``required``: no default)
     -- columns: run_id, measure, …               (the output contract)
+    -- group: sink                               (optional: the measure group it reads)
 
 Parameters are bound by DuckDB (``$name``), never pasted into the SQL text.
+
+Measure lists come from the registry, never spelled in a query: ``{{measures:FORMAT}}``
+(every measure of the selected runs) and ``{{stored:FORMAT}}`` (the stored ones) expand to
+``FORMAT`` once per measure, ``@`` replaced by its name, joined by ", " — e.g.
+``{{measures:any_value(mean) FILTER (measure = '@') AS @}}`` — from the connection's
+``measures`` table (sql/measure_tables.py), so a root holding runs of different groups
+gets the columns its runs have. A query that names a ``group`` refuses, in one line, a
+selection where no run has that group.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ class NamedQuery:
     sql: str
     params: tuple[Param, ...] = field(default_factory=tuple)
     columns: tuple[str, ...] = field(default_factory=tuple)
+    group: str | None = None  # the measure group the query reads (its measures' group)
 
     def bind(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults + given values, coerced to the default's type; clear errors otherwise."""
@@ -76,7 +86,17 @@ def _coerce(value: Any, p: Param, query: str) -> Any:
     return value
 
 
-_HEADER = re.compile(r"^--\s*(name|description|param|columns):\s*(.*)$")
+_HEADER = re.compile(r"^--\s*(name|description|param|columns|group):\s*(.*)$")
+#: ``{{measures:FORMAT}}`` / ``{{stored:FORMAT}}``: a measure list (module docstring)
+_LIST = re.compile(r"\{\{(measures|stored):(.*?)\}\}")
+
+
+def expand(text: str, measures: list[str], stored: list[str]) -> str:
+    """``text`` with every ``{{measures:…}}`` / ``{{stored:…}}`` list expanded."""
+    lists = {"measures": measures, "stored": stored}
+    return _LIST.sub(
+        lambda m: ", ".join(m.group(2).replace("@", x) for x in lists[m.group(1)]), text
+    )
 
 
 def parse(text: str) -> NamedQuery:
@@ -106,6 +126,7 @@ def parse(text: str) -> NamedQuery:
         text,
         tuple(meta["params"]),
         meta.get("columns", ()),
+        meta.get("group") or None,
     )
 
 
@@ -144,4 +165,21 @@ def run_query(con: Any, name: str, params: dict[str, Any] | None = None) -> Any:
                 f"no reference frequency table {bound['reference']!r}; imported: "
                 + (", ".join(known) or "none (mixscope frequencies import ROOT FILE --name NAME)")
             )
-    return execute(con, q.sql, bound)
+    listed = con.execute("SELECT measure, stored FROM measures ORDER BY ord").fetchall()
+    if q.group is not None:
+        from mixscope.mixing.measures import GROUPS
+
+        if q.group not in GROUPS:
+            raise MixscopeError(f"query {q.name} reads an unknown measure group {q.group!r}")
+        have = con.execute(
+            "SELECT DISTINCT run_id FROM run_measures WHERE grp = ? AND "
+            "($run_id IS NULL OR run_id = $run_id)".replace("$run_id", "?"),
+            [q.group, bound.get("run_id"), bound.get("run_id")],
+        ).fetchall()
+        if not have:
+            raise MixscopeError(
+                f"query {q.name} needs the {q.group!r} measure group and no selected run has "
+                f"it; run the job with --measures paper,{q.group} (or all)"
+            )
+    sql = expand(q.sql, [m for m, _ in listed], [m for m, stored in listed if stored])
+    return execute(con, sql, bound)

@@ -37,4 +37,30 @@ def execute(con: Any, sql: str, params: dict[str, Any] | None = None) -> Any:
     try:
         return con.execute(sql, params or None)
     except duckdb.Error as exc:
-        raise MixscopeError(f"SQL error: {first_line(exc)}") from None
+        raise MixscopeError(
+            missing_measure(con, str(exc)) or f"SQL error: {first_line(exc)}"
+        ) from None
+
+
+def missing_measure(con: Any, message: str) -> str | None:
+    """A query that names a measure no selected run has: say so (which group computes it)
+    instead of DuckDB's "column not found"."""
+    import re
+
+    from mixscope.mixing.measures import all_columns, group_of
+
+    names = {c.name for c in all_columns()}
+    found = re.search(
+        r'(?:column|Column) (?:with name )?"?(\w+)"? (?:not found|does not exist)', message
+    )
+    if not found or found.group(1) not in names:
+        return None
+    measure = found.group(1)
+    present = [m for (m,) in con.execute("SELECT measure FROM measures ORDER BY ord").fetchall()]
+    if measure in present:
+        return None
+    group = group_of(measure)
+    return (
+        f"no selected run has the measure {measure} (group {group}); the runs here have "
+        f"{', '.join(present)}: run the job with --measures including {group} (or all)"
+    )

@@ -6,7 +6,7 @@ by a crashed attempt is invisible, and every committed shard counts exactly once
 
 Views: the statistics (``layer_stats``, ``sequence_stats``, ``token_stats``,
 ``token_hist``, ``layer_hist``: consolidated files and partials merged at read time, long
-by measure, the derived ``attnres_w`` added; ``token_stats`` and ``token_hist`` with the
+by measure, the derived measures added; ``token_stats`` and ``token_hist`` with the
 ``token`` string of ``token_strings``, ``token_stats_by_id`` and ``token_hist_by_id``
 without it), ``tokens`` (the detail as one row per token per layer, with ``run_id`` and a
 ``category``: normal, mask, cls, sep, other_special) and ``occurrences`` (one row per

@@ -6,8 +6,8 @@ Readers (pandas, polars, DuckDB, Spark) rely on these names and types; bump
 - 1: one long row per token per layer (``TOKENS_SCHEMA``).
 - 2: statistics first. Every shard writes sufficient statistics (``STATS``); per-token
   detail is optional (``output.detail``) and compact: one row per token, each stored
-  measure a list over layers (``detail_schema``); ``attnres_w`` is not stored, it is
-  exactly ``attn_w / 2`` and derived by the readers.
+  measure a list over layers (``detail_schema``); a derived measure (exactly a factor
+  times a stored one, ``Column.derived``) is not stored, the readers derive it.
 - 3: ``token_hist`` is keyed by ``original_id`` too (token id as seen, original id,
   category, measure, bin), so a masked occurrence's histogram counts can be attributed to
   the token it replaced (the frequency queries rank it by that token). Readers of schema-2

@@ -150,7 +150,7 @@ def measure_set(groups: tuple[str, ...] = DEFAULT_GROUPS) -> MeasureSet:
 
 
 def stored_measures_of(names: Iterable[str]) -> tuple[str, ...]:
-    """The stored measures among column names such as ``attn_w_sum`` or ``attn_w`` (a
+    """The stored measures among column names such as ``<measure>_sum`` or ``<measure>`` (a
     file's schema), in registry order: what a file written by any run holds."""
     present = set(names)
     out = []

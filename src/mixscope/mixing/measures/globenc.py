@@ -8,8 +8,8 @@ parts out and carries them through LN2's distributive split:
 
 with s₂ the std of the *real* LN2 input (FF output + x̃_i), which cancels in the ratio; γ₂
 and the centring do not. Only post-LN blocks (BERT, RoBERTa, ELECTRA, DistilBERT, OPT-350m)
-have an LN2 after the FF residual; in a pre-LN block the paper's ``attnresln_n`` already
-uses LN2, so the group does not apply there.
+have an LN2 after the FF residual; in a pre-LN block the paper group's ATTNRESLN-N
+already uses LN2, so the group does not apply there.
 
 Exactness (eager path): Σ_j G_ij + γ₂ ⊙ centre(b₁ + FF_i) / s₂ + β₂ == the real LN2 output,
 with Σ_j F_i(x_j) rebuilt from α and the per-head vectors, b₁ = γ₁ ⊙ centre(b_O) / s₁ + β₁
@@ -46,7 +46,7 @@ class GlobEnc(MeasureGroup):
         if adapter.placement != "post" or adapter.ff_norm is None:
             return (
                 f"it needs a post-LN block (LN2 after the feed-forward); {adapter.family} "
-                "is pre-LN, where attnresln_n already reads LN2"
+                "is pre-LN, where the paper's ATTNRESLN-N already reads LN2"
             )
         return None
 
