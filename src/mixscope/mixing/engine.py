@@ -200,15 +200,14 @@ class MixingEngine:
         """A block's measures from what its hooks kept (``out``: per-layer results)."""
         sd = self.stat_dtype
         batch: BatchInfo = store["batch"]
-        x = store.get("x")
-        t = BlockTensors(
-            x=x,
+        t = BlockTensors(  # the BASE points always fire: x, values, α, attn_out, z, y are here
+            x=store["x"],
             values=store["values"].to(sd),
             alpha_self=store["alpha_self"],
             alpha=store.get("alpha"),
             attn_out=store["attn_out"],
-            z=store.get("z"),
-            y=store.get("y"),
+            z=store["z"],
+            y=store["y"],
             extra=store.get("extra"),
             alpha_first=store.get("alpha_first"),
             ff_norm_in=store.get("ff_norm_in"),

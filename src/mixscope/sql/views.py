@@ -159,7 +159,7 @@ def _stats_view(
         cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t in kind.keys]
         cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t, _ in kind.values]
         parts.append(f"SELECT {', '.join(cols)} WHERE false")
-    base = " UNION ALL ".join(parts)
+    union = " UNION ALL ".join(parts)
     prefixes = tuple(f"{m}_" for m in ms.stored)
     shared = [v for v, _, _ in kind.values if not v.startswith(prefixes)]
     # a kind named by token id: the view without strings first (``<kind>_by_id``, what the
@@ -177,7 +177,7 @@ def _stats_view(
         key_cols = ["m.measure" if k == "measure" else k for k in key_cols]
         con.execute(
             f"CREATE VIEW {view} AS SELECT run_id, {', '.join(key_cols)}, "
-            f"{', '.join(shared)} FROM ({base}) b JOIN (VALUES {values}) m(code, measure) "
+            f"{', '.join(shared)} FROM ({union}) b JOIN (VALUES {values}) m(code, measure) "
             "ON b.measure = m.code"
         )
         after_keys = shared
@@ -195,7 +195,7 @@ def _stats_view(
         )
         con.execute(
             f"CREATE VIEW {view} AS UNPIVOT (SELECT run_id, {', '.join(key_cols)}, "
-            f"{', '.join(shared)}, {wide} FROM ({base})) ON {on} "
+            f"{', '.join(shared)}, {wide} FROM ({union})) ON {on} "
             f"INTO NAME measure VALUE {', '.join(moments)}"
         )
         after_keys = [*shared, "measure", *moments]
