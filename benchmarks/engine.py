@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     loaded = build_encoder(args.model, args.random_config, device)
     model, tok = loaded.model, loaded.tokenizer
     engine = MixingEngine(loaded)
+    # every group that applies (paper + globenc + sink on an encoder): what they add
+    groups_engine = MixingEngine(loaded, measures="all")
     B, n = args.batch_size, args.seq_len
 
     def on(inputs):
@@ -160,6 +162,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"], pairs=pairs
         )
 
+    def run_groups(inputs=inputs):
+        return groups_engine.run(
+            inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"]
+        )
+
     analyze_rows: list[int] = []
 
     def run_analyze():
@@ -167,7 +174,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         analyze_rows.append(table.num_rows)
         return table
 
-    main_methods: dict[str, Callable[[], Any]] = {"forward": forward, "engine": run_engine}
+    main_methods: dict[str, Callable[[], Any]] = {
+        "forward": forward,
+        "engine": run_engine,
+        "engine_groups": run_groups,
+    }
     if not args.no_sdpa:
         main_methods["forward_sdpa"] = forward_sdpa
     main_methods["analyze"] = run_analyze
@@ -223,6 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "diff_measures": diff_measures,
         "diff_pairs": diff_pairs,
         "memory_mb": mem_rows,
+        "groups": list(groups_engine.selection.groups),
     }
     rows = analyze_rows[-1] if analyze_rows else 0
     results["engine_over_forward"] = report(results, args, model, device, naive_reps, rows)
