@@ -208,3 +208,74 @@ def test_unknown_groups_are_one_line_errors(tiny, value, message):
     model, tok = tiny("bert", torch.float64)
     with pytest.raises(MixscopeError, match=message):
         mixscope.analyze((model, tok), TEXTS[:1], measures=value)
+
+
+def _hooks_left(model) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_no_hook_is_left_when_the_forward_fails(tiny, monkeypatch):
+    """A long-lived actor's model keeps no hook after a failed batch (the hooks live in a
+    context manager around the forward)."""
+    from mixscope.mixing.engine import MixingEngine
+    from mixscope.models.loading import load
+
+    model, tok = tiny("bert", torch.float64)
+    loaded = load((model, tok))
+    engine = MixingEngine(loaded, measures="all")
+    before = _hooks_left(model)
+    ids = torch.tensor([tok("Some text here.")["input_ids"]])
+    mask = torch.ones_like(ids)
+    ff = model.encoder.layer[1].intermediate
+
+    def boom(*_a, **_k):
+        raise RuntimeError("forward failed in the middle")
+
+    monkeypatch.setattr(ff, "forward", boom)
+    with pytest.raises(RuntimeError, match="in the middle"):
+        engine.run(ids, mask)
+    assert _hooks_left(model) == before
+    monkeypatch.undo()
+    out = engine.run(ids, mask)  # the same engine still works afterwards
+    assert out.measures.shape[2] == len(engine.measure_set.columns)
+    assert _hooks_left(model) == before
+
+
+def test_no_hook_is_left_when_registration_fails(tiny, monkeypatch):
+    import mixscope.mixing.capture as capture
+    from mixscope.mixing.engine import MixingEngine
+    from mixscope.models.loading import load
+
+    model, tok = tiny("bert", torch.float64)
+    engine = MixingEngine(load((model, tok)), measures="all")
+    before = _hooks_left(model)
+    real, calls = capture.Capture._register, []
+
+    def failing(self, *args):
+        calls.append(1)
+        if len(calls) == 7:  # part-way through the second block
+            raise RuntimeError("cannot register")
+        return real(self, *args)
+
+    monkeypatch.setattr(capture.Capture, "_register", failing)
+    ids = torch.tensor([tok("Some text here.")["input_ids"]])
+    with pytest.raises(RuntimeError, match="cannot register"):
+        engine.run(ids, torch.ones_like(ids))
+    assert len(calls) == 7 and _hooks_left(model) == before
+
+
+def test_selection_from_the_spec_flags_and_set(tmp_path):
+    from mixscope.config import spec_from_flags
+    from mixscope.errors import SpecError
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("x\n")
+    base = {"corpus.paths": [str(corpus)]}
+    assert spec_from_flags(None, (), base).analysis.measures == ("paper",)
+    flags = {**base, "analysis.measures": ["paper,sink"]}  # --measures paper,sink
+    assert spec_from_flags(None, (), flags).analysis.measures == ("paper", "sink")
+    sets = ("analysis.measures=[paper, globenc]",)
+    assert spec_from_flags(None, sets, base).analysis.measures == ("paper", "globenc")
+    assert spec_from_flags(None, ("measures=all",), base).analysis.measures == ("all",)
+    with pytest.raises(SpecError, match=r"analysis\.measures: unknown group 'nope'"):
+        spec_from_flags(None, ("analysis.measures=[paper, nope]",), base)

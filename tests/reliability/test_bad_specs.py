@@ -20,6 +20,7 @@ CASES = {
     "unknown detail mode": (["--set", "output.detail=most"], "output.detail"),
     "model path that does not exist": (["--model", "/no/such/model"], "model"),
     "malformed --set": (["--set", "analysis.seed"], "--set"),
+    "unknown measure group": (["--measures", "paper,nope"], "analysis.measures"),
 }
 
 
@@ -40,6 +41,26 @@ def test_bad_flag_is_one_line_exit_2(case, tiny_bert_dir, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("Error: ") and key in lines[0], lines
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.scenario(
+    "A measure group that does not apply to the model",
+    injected="`mixscope run --measures paper,globenc` on a pre-LN decoder (GPT-2)",
+    checked="exit code 2 before any work, one line naming the group and why, nothing written",
+)
+def test_a_group_that_does_not_apply_is_refused(tiny, tmp_path):
+    import torch
+
+    model, tok = tiny("gpt2", torch.float64)
+    model.save_pretrained(tmp_path / "gpt2")
+    tok.save_pretrained(tmp_path / "gpt2")
+    out = tmp_path / "out"
+    args = ["run", "--model", str(tmp_path / "gpt2"), "--corpus", str(DEMO), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--measures", "paper,globenc", "--no-progress"])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and "analysis.measures: group 'globenc'" in lines[0], lines
+    assert "post-LN" in lines[0] and not out.exists()
 
 
 @pytest.mark.scenario(

@@ -93,12 +93,11 @@ def validate(spec: JobSpec) -> None:
     for ok, message in checks:
         if not ok:
             raise SpecError(f"invalid job spec: {message}")
-    from mixscope.errors import MixscopeError
     from mixscope.mixing.measures import parse_names
 
     try:  # names only; whether a group applies to the model is checked with its config
         parse_names(a.measures)
-    except MixscopeError as exc:
+    except SpecError as exc:
         raise SpecError(f"invalid job spec: analysis.{exc}") from None
     if c.skip_regex:
         import re

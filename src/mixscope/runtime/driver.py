@@ -13,7 +13,7 @@ from typing import Any
 
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import CorpusPlan, plan_corpus
-from mixscope.errors import MixscopeError, first_line
+from mixscope.errors import MixscopeError, SpecError, first_line
 from mixscope.models.fingerprint import model_identity
 from mixscope.runtime import faults
 from mixscope.runtime.executor import make_executor
@@ -120,7 +120,10 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
         # config + tokenizer only: fails on an unsupported family before anything is
         # fingerprinted
         max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
-    selection = resolved_measures(spec.model, a.measures, revision=a.revision)
+    try:  # names were checked with the spec; whether each applies needs the model's config
+        selection = resolved_measures(spec.model, a.measures, revision=a.revision)
+    except SpecError as exc:  # a group that does not apply: a bad flag, exit 2
+        raise SpecError(f"invalid job spec: analysis.{exc}") from None
     model = model_identity(spec.model, spec.analysis.revision)
     options = identity_options(spec, max_length, selection.groups)
     run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)

@@ -17,7 +17,7 @@ RUN_COLUMNS = """run_id VARCHAR, name VARCHAR, model VARCHAR, checkpoint_path VA
   corpus_fingerprint VARCHAR, n_docs BIGINT, options VARCHAR, status VARCHAR,
   shards_total INTEGER, shards_done INTEGER, shards_failed INTEGER, rows BIGINT, tokens BIGINT,
   created_at TIMESTAMP, updated_at TIMESTAMP, detail VARCHAR, sample_rate DOUBLE,
-  dtype VARCHAR"""
+  dtype VARCHAR, measures VARCHAR"""
 
 
 def _timestamp(iso: str) -> str | None:
@@ -49,6 +49,7 @@ def _run_row(r: RunRecord) -> tuple:
         r.detail,
         (options.get("output") or {}).get("sample_rate"),
         (options.get("analysis") or {}).get("dtype"),
+        ",".join(r.groups),  # the measure groups (runs before groups: the paper's)
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from mixscope.errors import MixscopeError
+from mixscope.errors import SpecError
 from mixscope.mixing.measures import globenc, paper, sink
 from mixscope.mixing.measures.base import Column, MeasureGroup
 
@@ -60,16 +60,17 @@ def group_of(measure: str) -> str:
 
 def parse_names(value: str | Iterable[str] | None) -> tuple[str, ...]:
     """``"paper,sink"``, ``["paper", "sink"]`` or None → the names, checked against the
-    registry (``all`` kept as it is); duplicates dropped, registry order."""
+    registry (``all`` kept as it is); duplicates dropped, registry order. A bad name is a
+    :class:`~mixscope.errors.SpecError` (exit 2 from the CLI)."""
     if value is None:
         return DEFAULT_GROUPS
     items = [value] if isinstance(value, str) else list(value)
     wanted = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
     if not wanted:
-        raise MixscopeError(f"measures: name at least one group ({', '.join(GROUPS)}) or all")
+        raise SpecError(f"measures: name at least one group ({', '.join(GROUPS)}) or all")
     unknown = [n for n in wanted if n != ALL and n not in GROUPS]
     if unknown:
-        raise MixscopeError(
+        raise SpecError(
             f"measures: unknown group {unknown[0]!r}; groups: {', '.join(GROUPS)}, or all"
         )
     if ALL in wanted:
@@ -103,7 +104,7 @@ def select(value: str | Iterable[str] | None, adapter: Adapter) -> Selection:
     for n in names:
         reason = GROUPS[n].unsupported(adapter)
         if reason is not None:
-            raise MixscopeError(f"measure group {n!r} does not apply to this model: {reason}")
+            raise SpecError(f"measures: group {n!r} does not apply to this model: {reason}")
     return Selection(names)
 
 
@@ -145,7 +146,7 @@ def measure_set(groups: tuple[str, ...] = DEFAULT_GROUPS) -> MeasureSet:
     """The (cached) :class:`MeasureSet` of ``groups``, put in registry order."""
     unknown = [g for g in groups if g not in GROUPS]
     if unknown:
-        raise MixscopeError(f"unknown measure group {unknown[0]!r}; groups: {', '.join(GROUPS)}")
+        raise SpecError(f"unknown measure group {unknown[0]!r}; groups: {', '.join(GROUPS)}")
     return MeasureSet(tuple(n for n in GROUPS if n in groups))
 
 
