@@ -195,7 +195,7 @@ def test_a_path_model_is_refused_before_its_weights_load(tiny, tmp_path, monkeyp
     def no_work(*_a, **_k):  # pragma: no cover - must not be reached
         raise AssertionError("the model was loaded before the refusal")
 
-    monkeypatch.setattr(api, "_prepare", no_work)
+    monkeypatch.setattr(api, "load", no_work)
     with pytest.raises(MixscopeError, match="'globenc' does not apply"):
         mixscope.analyze(str(tmp_path), TEXTS[:1], measures="globenc")
 

@@ -55,6 +55,7 @@ def _prepare(
     mask_rate: float,
     seed: int,
     mask_count: str = "round",
+    measures: Any = None,
 ) -> tuple[LoadedModel, list[EncodedSequence]]:
     docs = validate_documents(texts)
     if batch_size < 1:
@@ -62,6 +63,11 @@ def _prepare(
     if mask_count not in MASK_COUNTS:
         rules = "|".join(MASK_COUNTS)
         raise MixscopeError(f"mask_count must be one of {rules}, got {mask_count!r}")
+    if measures is not None and isinstance(model, str):  # a group that does not apply:
+        from mixscope.models.adapters import adapter_for_config  # before the weights load
+        from mixscope.models.loading import load_config
+
+        select(measures, adapter_for_config(load_config(model, revision=revision)))
     loaded = load(model, revision=revision, dtype=dtype, device=device)
     max_length = loaded.resolve_max_length(max_length)
     seqs = encode_documents(
@@ -154,11 +160,6 @@ def analyze(
     measure of the selected groups (``mixscope.measure_groups()`` lists them).
     """
     names = parse_names(measures)  # an unknown group: before anything
-    if isinstance(model, str):  # a group that does not apply: before the weights load
-        from mixscope.models.adapters import adapter_for_config
-        from mixscope.models.loading import load_config
-
-        select(names, adapter_for_config(load_config(model, revision=revision)))
     loaded, seqs = _prepare(
         model,
         texts,
@@ -170,6 +171,7 @@ def analyze(
         mask_rate=mask_rate,
         seed=seed,
         mask_count=mask_count,
+        measures=names,
     )
     engine = MixingEngine(loaded, verify=verify, attention=attention, measures=names)
     results = run_batches(
