@@ -33,9 +33,9 @@ def engine_markdown(results: dict[str, Any], layers: int, heads: int, hidden: in
             B,
             n,
             med["engine_groups"],
-            f"**{med['engine_groups'] / med['engine']:.3f}×** the paper's group alone (paired "
-            f"{paired_ratio(t['engine_groups'], t['engine']):.3f}×; goal ≤ 1.05×: "
-            f"{'met' if med['engine_groups'] / med['engine'] <= 1.05 else '**NOT met**'})",
+            f"{med['engine_groups'] / med['engine']:.3f}× the paper's group alone (paired "
+            f"**{paired_ratio(t['engine_groups'], t['engine']):.3f}×**; goal ≤ 1.05×: "
+            f"{'met' if paired_ratio(t['engine_groups'], t['engine']) <= 1.05 else '**NOT met**'})",
         ),
         (
             "`analyze()` end to end (tokenize, table)",
