@@ -55,7 +55,6 @@ class GlobEnc(MeasureGroup):
     ) -> torch.Tensor:
         import torch
 
-        from mixscope.mixing.block import centre_
         from mixscope.mixing.measures.paper import LN_PARTS
         from mixscope.mixing.ratios import norm_ratio
 
@@ -65,10 +64,17 @@ class GlobEnc(MeasureGroup):
         ln_context, ln_self = shared if shared is not None else _ln_parts(t, p)
         norm = lambda v: torch.linalg.vector_norm(v, dim=-1)  # noqa: E731  [batch, seq]
         kind, gamma = p.ff_norm.norm_kind, p.ff_norm.gamma
-        # new tensors: the paper group's parts stay as they are for any group after this one
-        g_context = centre_(ln_context.clone(), kind).mul_(gamma)  # [batch, seq, hidden]
-        n_context = norm(g_context)
-        g_self = centre_(g_context.copy_(ln_self), kind).mul_(gamma)  # reuses the buffer
+
+        def split(v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+            """γ₂ ⊙ centre(v) into a new buffer (or ``out``): the paper group's parts stay
+            as they are for any group after this one."""
+            if kind == "rms":
+                return torch.mul(v, gamma, out=out)
+            return torch.sub(v, v.mean(dim=-1, keepdim=True), out=out).mul_(gamma)
+
+        g = split(ln_context)  # Σ_{j≠i} G_ij · s₂ / s₁    [batch, seq, hidden]
+        n_context = norm(g)
+        g_self = split(ln_self, out=g)  # G_ii · s₂ / s₁, in the same buffer
         ratio = norm_ratio(n_context, norm(g_self))  # [batch, seq]
         return ratio.masked_fill(batch.no_context, 0.0).unsqueeze(0)  # [1, batch, seq]
 
