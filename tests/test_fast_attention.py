@@ -126,7 +126,8 @@ def test_grouped_query_heads_use_their_key_value_head():
         torch.randn(b, kv, n, d, dtype=torch.float64),
         torch.randn(b, kv, n, d, dtype=torch.float64),
     )
-    out, alpha = FA.mixscope_attention_forward(Module(), q, k, v, None, scaling=0.5)
+    with FA.first_positions(torch.zeros(b, dtype=torch.long)):
+        out, alpha = FA.mixscope_attention_forward(Module(), q, k, v, None, scaling=0.5)
     rk, rv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)  # head g·2 + r ← kv head g
     ref_out, _, ref_w = _brute(q, rk, rv, _keep(b, n, causal=True), 0.5)
     assert out.shape == (b, n, h, d)  # the layout attention modules expect back

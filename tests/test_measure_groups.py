@@ -279,3 +279,23 @@ def test_selection_from_the_spec_flags_and_set(tmp_path):
     assert spec_from_flags(None, ("measures=all",), base).analysis.measures == ("all",)
     with pytest.raises(SpecError, match=r"analysis\.measures: unknown group 'nope'"):
         spec_from_flags(None, ("analysis.measures=[paper, nope]",), base)
+
+
+@pytest.mark.parametrize(("measures", "computed"), [("paper", False), ("paper,sink", True)])
+def test_first_position_weights_only_where_a_group_reads_them(tiny, measures, computed):
+    """α_i0 costs the fast kernel a q · k pass per head: computed only for the sink group."""
+    from mixscope.mixing.engine import MixingEngine
+    from mixscope.mixing.fast_attention import FastWeights
+    from mixscope.models.loading import load
+
+    model, tok = tiny("llama", torch.float64)
+    engine = MixingEngine(load((model, tok)), attention="fast", measures=measures)
+    seen: list = []
+    attn = model.get_submodule("layers.0.self_attn")
+    handle = attn.register_forward_hook(lambda _m, _i, out: seen.append(out[1]))
+    try:
+        ids = torch.tensor([tok("Some text here.")["input_ids"]])
+        engine.run(ids, torch.ones_like(ids))
+    finally:
+        handle.remove()
+    assert isinstance(seen[0], FastWeights) and (seen[0].first is not None) == computed

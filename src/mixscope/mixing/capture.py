@@ -66,13 +66,16 @@ def _first_column(alpha: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
 class Capture:
     """The points one batch registers and what each keeps (the engine builds one per run)."""
 
-    def __init__(self, engine: Any, needs: frozenset[str], *, full_alpha: bool) -> None:
+    def __init__(
+        self, engine: Any, needs: frozenset[str], *, full_alpha: bool, first: bool = True
+    ) -> None:
         self.engine = engine
         a = engine.loaded.adapter
         if "attn_norm" in needs and a.parallel_residual:
             needs = needs | {"parallel_mlp"}
         self.needs = needs
         self.full_alpha = full_alpha  # keep α whole (per-pair maps, the exactness check)
+        self.first = first  # keep α_i0 (a selected group reads it)
         blocks = engine.blocks
         self.points = {
             "block_input": Point(lambda _e, i: blocks[i], pre=True),
@@ -124,7 +127,8 @@ class Capture:
             store["alpha_self"], store["alpha_first"] = weights.own, weights.first
         else:  # eager: α [batch, heads, seq, seq]
             store["alpha_self"] = torch.diagonal(weights, dim1=-2, dim2=-1)
-            store["alpha_first"] = _first_column(weights, batch.first)
+            if self.first:
+                store["alpha_first"] = _first_column(weights, batch.first)
             if self.full_alpha:
                 store["alpha"] = weights.to(self.engine.stat_dtype)
         if not bool(batch.valid.all()):

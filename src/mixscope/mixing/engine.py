@@ -244,7 +244,8 @@ class MixingEngine:
         needs = BASE.union(*(g.needs for g in self.groups))
         if self.verify:
             needs |= frozenset().union(*(g.verify_needs for g in self.groups))
-        capture = Capture(self, needs, full_alpha=pairs or self.verify)
+        first = any(g.first_position for g in self.groups)  # α_i0 only where it is read
+        capture = Capture(self, needs, full_alpha=pairs or self.verify, first=first)
         # per-layer measures, per-layer maps, exactness residuals
         out: list[Any] = [[None] * self.num_layers, [None] * self.num_layers, []]
 
@@ -262,7 +263,7 @@ class MixingEngine:
         try:
             with (
                 capture.hooks(batch, lambda idx, store: self._finish(idx, store, out, pairs)),
-                first_positions(batch.first),
+                first_positions(batch.first if first else None),
                 attention_implementation(model, implementation),
             ):
                 model(**inputs)

@@ -77,17 +77,19 @@ class FastWeights:
     weights each token gives itself and the sequence's first real position."""
 
     own: torch.Tensor  # α_ii [batch, heads, seq]
-    first: torch.Tensor  # α_i0 [batch, heads, seq]
+    first: torch.Tensor | None  # α_i0 [batch, heads, seq]; None where no group reads it
 
 
 # the first real position of each sequence of the batch being run ([batch] long), set by
-# the engine around its forward (left padding moves it); None: position 0
+# the engine around its forward (left padding moves it) when a selected group reads α_i0;
+# None: α_i0 is not computed
 _first: list[torch.Tensor | None] = [None]
 
 
 @contextlib.contextmanager
 def first_positions(first: torch.Tensor | None) -> Iterator[None]:
-    """The first real position [batch] of each sequence, for the forward inside."""
+    """The first real position [batch] of each sequence, for the forward inside (None:
+    no α_i0)."""
     _first[0] = first
     try:
         yield
@@ -298,7 +300,10 @@ def mixscope_attention_forward(
     causal = bool(causal) and attention_mask is None and query.shape[2] > 1
     out, lse = attention_with_lse(query, key, value, attention_mask, scale, causal)
     alpha_self = self_weights(query, key, attention_mask, lse, scale)  # [batch, heads, seq]
-    alpha_first = first_weights(query, key, attention_mask, lse, scale, _first[0])
+    first = _first[0]
+    alpha_first = None
+    if first is not None:
+        alpha_first = first_weights(query, key, attention_mask, lse, scale, first)
     return out.transpose(1, 2).contiguous(), FastWeights(alpha_self, alpha_first)
 
 

@@ -81,6 +81,9 @@ class MeasureGroup:
     columns: tuple[Column, ...] = ()
     needs: frozenset[str] = frozenset()
     verify_needs: frozenset[str] = frozenset()
+    #: the group reads α^h_i0, the weights on the first real position (the fast kernel
+    #: computes them only for a batch whose groups read them)
+    first_position: bool = False
 
     def unsupported(self, adapter: Adapter) -> str | None:
         """Why the group does not apply to this architecture; None when it does."""

@@ -44,6 +44,7 @@ class Sink(MeasureGroup):
         Column("sink_n", "SINK-N", "#54278f"),
     )
     needs = frozenset({"values", "attention", "attn_out"})
+    first_position = True
 
     def compute(
         self, t: BlockTensors, p: BlockParams, batch: BatchInfo, work: Workspace
