@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from reference_ff import ff_measures
+
 #: where each family keeps the pieces of one attention block (paths relative to the block)
 _BERT_LIKE = {
     "layers": "encoder.layer",
@@ -22,6 +24,8 @@ _BERT_LIKE = {
     "out": "attention.output.dense",
     "ln": "attention.output.LayerNorm",
     "ln2": "output.LayerNorm",  # after the feed-forward's residual (GlobEnc)
+    "ff": ("intermediate.dense", "output.dense"),  # W₁, W₂ (nn.Linear)
+    "act": "hidden_act",
     "heads": "num_attention_heads",
 }
 LAYOUTS = {
@@ -37,6 +41,8 @@ LAYOUTS = {
         "out": "attention.out_lin",
         "ln": "sa_layer_norm",
         "ln2": "output_layer_norm",
+        "ff": ("ffn.lin1", "ffn.lin2"),
+        "act": "activation",
         "heads": "n_heads",
     },
 }
@@ -74,6 +80,8 @@ class LayerWeights:
     heads: int
     gamma2: np.ndarray  # [d]  LN2 (after the feed-forward's residual)
     eps2: float
+    ff: list  # [(W₁ [d, f], b₁), (W₂ [f, d], b₂)]  row convention
+    act: str  # the FF's activation (config name)
 
 
 def layer_weights(model, layer: int) -> LayerWeights:
@@ -97,6 +105,8 @@ def layer_weights(model, layer: int) -> LayerWeights:
         heads=int(getattr(model.config, lay["heads"])),
         gamma2=_np(ln2.weight),
         eps2=float(ln2.eps),
+        ff=[(_np(m.weight).T, _np(m.bias)) for m in (block.get_submodule(p) for p in lay["ff"])],
+        act=getattr(model.config, lay["act"]),
     )
 
 
@@ -240,6 +250,11 @@ def block_reference(
     z2 = ln2_in if ln2_in is not None else z
     s2 = np.sqrt(np.asarray(z2).var(axis=1) + w.eps2)
     G = w.gamma2 * (F - F.mean(axis=2, keepdims=True)) / s2[:, None, None]
+    # the feed-forward (ICLR 2024): its input's parts are F_i(x_j), and so are the residual's
+    y_bias = w.gamma * (bias_out - bias_out.mean()) / s[:, None] + w.beta  # [n, d]
+    ff = ff_measures(F[sub], y_bias[idx], F[sub], y_bias[idx], w.ff, w.act, w.gamma2, True)
+    if ln2_in is not None:  # the reference's own stream is the model's real LN2 input
+        np.testing.assert_allclose(ff["_stream"], np.asarray(ln2_in)[idx], atol=1e-9)
     measures = {
         "attn_w": attn_w[idx],
         "attn_n": _ratio(a[sub]),
@@ -248,6 +263,7 @@ def block_reference(
         "attnresln_n": _ratio(F[sub]),
         "globenc_n": _ratio(G[sub]),
         **sink_measures(alpha[np.ix_(range(H), idx, idx)], a[sub]),
+        **{k: v for k, v in ff.items() if not k.startswith("_")},
     }
     pairs = {
         "attn_n": np.linalg.norm(a, axis=2)[sub],

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from reference_ff import ff_measures
+
 MEASURES = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
 _LLAMA = {
@@ -422,6 +424,7 @@ def reference(
             "attnresln_n": _ratio(F),
             **_sink(alpha, a),
         }
+        measures.update(_ff(ref, li, L, x, F, r, s, norm))
         if not ref.pre_ln:  # post-LN (OPT-350m): GlobEnc carries F through LN2
             s2 = L.ln2.scale(y + ref.mlp(L, y))  # [n, 1] the real LN2 input's
             measures["globenc_n"] = _ratio(L.ln2.gamma * L.ln2.centre(F) / s2[:, :, None])
@@ -433,6 +436,32 @@ def reference(
         out.append(BlockReference(x, alpha, a, r, F, m, z, y, rebuilt, measures, pairs))
         x = x_next
     return SequenceReference(out, x)
+
+
+def _ff(ref: Reference, li: int, L: Layer, x, F, r, s, norm: Norm) -> dict[str, np.ndarray]:
+    """The ``ff`` group of one block (tests/reference_ff.py): the FF input's parts and the
+    residual's, by placement, and the norm after the FF's residual sum."""
+    n, d = x.shape
+    act = "gelu_new" if L.act == "gelu_new" else L.act
+    bias_o = np.broadcast_to(L.bo, (n, d))
+    following = ref.layers[li + 1].ln1 if li + 1 < len(ref.layers) else ref.final
+    if ref.parallel:  # the FF reads LN2(x_i): its own part, and β₂
+        own = L.ln2.gamma * L.ln2.centre(x) / L.ln2.scale(x)
+        y_parts = np.eye(n)[:, :, None] * own[None, :, :]
+        y_bias = np.broadcast_to(L.ln2.beta, (n, d))
+        res_parts, res_bias = r, bias_o
+    else:  # the FF reads the block's norm output: F_i(x_j) and its bias part
+        y_parts = F
+        y_bias = norm.gamma * norm.centre(L.bo) / s + norm.beta
+        if ref.pre_ln:
+            res_parts, res_bias = r, bias_o
+        else:  # post-LN (OPT-350m): the residual carries the LN1 output, LN2 follows
+            res_parts, res_bias, following = F, y_bias, L.ln2
+    mlp = L.mlp
+    out = ff_measures(
+        y_parts, y_bias, res_parts, res_bias, mlp, act, following.gamma, following.kind != "rms"
+    )
+    return {k: v for k, v in out.items() if not k.startswith("_")}
 
 
 @dataclass

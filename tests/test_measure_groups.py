@@ -150,8 +150,8 @@ def test_globenc_identity_catches_a_wrong_norm(tiny, monkeypatch):
     model, tok = tiny("bert", torch.float64)
     real = MixingEngine._block_params
 
-    def swapped(self, block, norm, heads, kv_heads):
-        p = real(self, block, norm, heads, kv_heads)
+    def swapped(self, idx, heads, kv_heads):
+        p = real(self, idx, heads, kv_heads)
         p.ff_norm.gamma = p.gamma
         return p
 

@@ -1,11 +1,12 @@
 """The tensors of one attention block, captured from a real forward pass.
 
 One dimension vocabulary everywhere: ``batch``, ``seq`` (query i / key j), ``heads``,
-``kv_heads``, ``head_dim``, ``hidden``.
+``kv_heads``, ``head_dim``, ``hidden``, ``d_ff`` (the feed-forward's width).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +24,39 @@ class NormParams:
 
 
 @dataclass
+class FFParams:
+    """The feed-forward block of one layer (``Adapter.ff_*``), for the ``ff`` measure group.
+
+    ``FF(y) = W₂ φ(W₁ y + b₁) + b₂``, or gated ``W_down (φ(W_g y + b_g) ⊙ (W_u y + b_u)) + b_d``
+    (SwiGLU): ``inputs`` holds (W₁,) or (W_g, W_u). Weights stay in the model's dtype and
+    layout (no copy: a float32 model shares them); :func:`project` applies them.
+    """
+
+    inputs: tuple[torch.Tensor, ...]  # [d_ff, hidden] each ([hidden, d_ff] if transposed)
+    input_biases: tuple[torch.Tensor, ...]  # [d_ff] each (zeros when the model has none)
+    w_out: torch.Tensor  # [hidden, d_ff] ([d_ff, hidden] if transposed)
+    b_out: torch.Tensor  # [hidden]
+    transposed: bool  # weights stored [in, out] (GPT-2 Conv1D)
+    act: Callable[[torch.Tensor], torch.Tensor]  # φ, element-wise (the model's own module)
+    slope0: float  # φ'(0): the limit of φ(h)/h where h = 0
+    #: where the FF sits: after the post-LN block's LN1 ("post"), on LN2 of x + attention
+    #: ("pre"), or beside the attention on N_in(x) ("parallel" residual)
+    placement: Literal["post", "pre", "parallel"]
+    #: the norm the FF reads with a parallel residual (applied to x itself); None otherwise
+    input_norm: NormParams | None = None
+
+    @property
+    def gated(self) -> bool:
+        return len(self.inputs) == 2
+
+
+def project(x: torch.Tensor, w: torch.Tensor, transposed: bool) -> torch.Tensor:
+    """``x`` through a weight without its bias: [..., in] → [..., out] (statistics dtype)."""
+    w = w.to(x.dtype)
+    return x @ w if transposed else torch.nn.functional.linear(x, w)
+
+
+@dataclass
 class BlockParams:
     """The weights of one block that the decomposition needs (float statistics dtype)."""
 
@@ -34,9 +68,12 @@ class BlockParams:
     norm_kind: Literal["layer", "rms"]
     heads: int
     kv_heads: int
-    #: the norm after the feed-forward's residual sum of a post-LN block (LN2), where a
-    #: selected group reads it (``Adapter.ff_norm``); None otherwise
+    #: the norm after the feed-forward's residual sum (LN2 of a post-LN block; the next
+    #: block's input norm or the final norm of a pre-LN one), where a selected group reads
+    #: it; None otherwise
     ff_norm: NormParams | None = None
+    #: the feed-forward block, where a selected group reads it; None otherwise
+    ff: FFParams | None = None
 
     @property
     def head_dim(self) -> int:
@@ -61,10 +98,14 @@ class BlockTensors:
     alpha: torch.Tensor | None = None  # [batch, heads, seq, seq]  rows = queries
     # α^h_i0: each token's weight on the sequence's first real position (BatchInfo.first)
     alpha_first: torch.Tensor | None = None  # [batch, heads, seq]
-    # the real input and output of the norm after the feed-forward (post-LN LN2), where a
+    # the real input and output of the norm after the feed-forward's residual sum, where a
     # selected group's exactness check reads them
     ff_norm_in: torch.Tensor | None = None  # [batch, seq, hidden]
     ff_norm_out: torch.Tensor | None = None  # [batch, seq, hidden]
+    # the feed-forward's pre-activations: (W₁ y + b₁,) or (W_g y + b_g, W_u y + b_u)
+    ff_pre: tuple[torch.Tensor, ...] | None = None  # [batch, seq, d_ff] each
+    # the feed-forward's real output FF(y) (its exactness check)
+    ff_out: torch.Tensor | None = None  # [batch, seq, hidden]
 
     def full_alpha(self) -> torch.Tensor:
         """The full weights [batch, heads, seq, seq]; only the eager path captures them."""

@@ -18,7 +18,12 @@ Points (``POINTS``):
 - ``attn_norm``: the norm after the attention's residual sum (input z, output x̃);
 - ``parallel_mlp``: the MLP output of a parallel residual (the token's own term), added
   wherever ``attn_norm`` is needed on such a model;
-- ``ff_norm``: the norm after the feed-forward's residual sum of a post-LN block (LN2).
+- ``ff_in``: the feed-forward's input projection, its pre-activation ``W₁ y + b₁`` (the
+  gate's, and then ``ff_up``, the up projection's, registered with it);
+- ``ff_out``: the feed-forward's output ``FF(y)``;
+- ``ff_norm``: the norm after the feed-forward's residual sum (LN2 of a post-LN block; the
+  next block's input norm, or the final norm, of a pre-LN one: its hook fires in the next
+  block or after the last, and the block finishes then).
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class Capture:
         a = engine.loaded.adapter
         if "attn_norm" in needs and a.parallel_residual:
             needs = needs | {"parallel_mlp"}
+        if "ff_in" in needs and a.ff_up:  # a gated FF: the up projection's too
+            needs = needs | {"ff_up"}
         self.needs = needs
         self.full_alpha = full_alpha  # keep α whole (per-pair maps, the exactness check)
         self.first = first  # keep α_i0 (a selected group reads it)
@@ -84,7 +91,10 @@ class Capture:
             "attn_out": Point(lambda _e, i: blocks[i].get_submodule(a.out_proj), False),
             "attn_norm": Point(lambda e, i: e.norms[i], False),
             "parallel_mlp": Point(lambda _e, i: blocks[i].get_submodule(a.mlp), False),
-            "ff_norm": Point(lambda _e, i: blocks[i].get_submodule(a.ff_norm), False),
+            "ff_in": Point(lambda _e, i: blocks[i].get_submodule(a.ff_in), False),
+            "ff_up": Point(lambda _e, i: blocks[i].get_submodule(a.ff_up), False),
+            "ff_out": Point(lambda _e, i: blocks[i].get_submodule(a.ff_out), False),
+            "ff_norm": Point(lambda e, i: e.ff_norms[i], False),
         }
         unknown = needs - set(self.points)
         if unknown:
@@ -111,9 +121,16 @@ class Capture:
         elif name == "parallel_mlp":
             store["extra"] = out.to(sd)
         elif name == "ff_norm":
-            store["ff_norm_in"] = args[0].to(sd)
-            store["ff_norm_out"] = out.to(sd)
+            store["ff_norm_in"] = args[0].reshape(self._shape(store, out)).to(sd)
+            store["ff_norm_out"] = out.reshape(self._shape(store, out)).to(sd)
+        elif name in ("ff_in", "ff_up", "ff_out"):  # OPT's FF runs on [batch · seq, ·]
+            store[name] = out.reshape(self._shape(store, out)).to(sd)
         return None
+
+    @staticmethod
+    def _shape(store: dict[str, Any], out: torch.Tensor) -> tuple[int, ...]:
+        """[batch, seq, width] of a module output (a flattened one: OPT's FF and norms)."""
+        return (*store["x"].shape[:2], out.shape[-1]) if "x" in store else tuple(out.shape)
 
     def _keep_attention(self, store: dict[str, Any], out: Any) -> Any:
         batch = store["batch"]

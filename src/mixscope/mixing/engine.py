@@ -22,10 +22,11 @@ import torch
 
 from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
-from mixscope.mixing.block import BlockParams, BlockTensors, NormParams
+from mixscope.mixing.block import BlockParams, BlockTensors, FFParams, NormParams
 from mixscope.mixing.capture import BASE, Capture
 from mixscope.mixing.exactness import check_residuals
 from mixscope.mixing.fast_attention import FAST_ATTENTION, first_positions, register, release_masks
+from mixscope.mixing.ff_parts import slope_at_zero
 from mixscope.mixing.measures import GROUPS, MeasureSet, Selection, select
 from mixscope.mixing.measures.base import BatchInfo, Workspace
 from mixscope.mixing.pairs import pair_norms
@@ -103,6 +104,8 @@ class MixingEngine:
             self.norms.append(model.get_submodule(adapter.final_norm))
         else:
             self.norms = [b.get_submodule(adapter.norm_after) for b in self.blocks]
+        # the norm after each block's feed-forward residual, where a selected group reads it
+        self.ff_norms = self._ff_norms() if self._reads("ff_norm") else []
         self.model_dtype = next(model.parameters()).dtype
         self.stat_dtype = _stat_dtype(self.model_dtype)
         # the dtype the norm really computes in, for the exactness tolerance
@@ -116,10 +119,27 @@ class MixingEngine:
         kv_heads = (
             int(getattr(config, adapter.kv_heads_attr, heads)) if adapter.kv_heads_attr else heads
         )
-        self.params = [
-            self._block_params(block, norm, heads, kv_heads)
-            for block, norm in zip(self.blocks, self.norms, strict=True)
-        ]
+        self.params = [self._block_params(idx, heads, kv_heads) for idx in range(len(self.blocks))]
+
+    def _reads(self, point: str) -> bool:
+        """A selected group reads ``point`` (computing, or checking under verify)."""
+        return any(point in g.needs | g.verify_needs for g in self.groups)
+
+    def _ff_norms(self) -> list[Any]:
+        """The norm after each block's feed-forward residual sum: LN2 of a post-LN block,
+        the next block's input norm (the final norm after the last) of a pre-LN one."""
+        a = self.loaded.adapter
+        if a.ff_norm is not None:
+            return [b.get_submodule(a.ff_norm) for b in self.blocks]
+        if not (a.next_norm and a.final_norm):
+            raise MixscopeError(f"adapter {a.family}: no norm after the feed-forward")
+        try:
+            final = self.loaded.model.get_submodule(a.final_norm)
+        except AttributeError:  # OPT without a final norm (_remove_final_layer_norm)
+            raise MixscopeError(
+                f"this {a.family} model has no norm after its last block: no ff group"
+            ) from None
+        return [b.get_submodule(a.next_norm) for b in self.blocks[1:]] + [final]
 
     @property
     def num_layers(self) -> int:
@@ -143,8 +163,44 @@ class MixingEngine:
             norm_kind=self.loaded.adapter.norm_kind,
         )
 
-    def _block_params(self, block: Any, norm: Any, heads: int, kv_heads: int) -> BlockParams:
+    def _ff_params(self, block: Any, hidden: int, device: torch.device) -> FFParams:
+        """The feed-forward's weights (model dtype, shared, not copied) and activation."""
         a = self.loaded.adapter
+        assert a.ff_in and a.ff_act and a.ff_out
+        inputs = [block.get_submodule(a.ff_in)]
+        if a.ff_up:
+            inputs.append(block.get_submodule(a.ff_up))
+        out = block.get_submodule(a.ff_out)
+        sd = self.stat_dtype
+
+        def bias(module: Any, width: int) -> torch.Tensor:
+            b = getattr(module, "bias", None)
+            return (
+                b.detach().to(sd) if b is not None else torch.zeros(width, dtype=sd, device=device)
+            )
+
+        d_ff = out.weight.shape[0 if a.ff_transposed else 1]
+        act = block.get_submodule(a.ff_act)
+        parallel = a.parallel_residual
+        return FFParams(
+            inputs=tuple(m.weight.detach() for m in inputs),
+            input_biases=tuple(bias(m, d_ff) for m in inputs),
+            w_out=out.weight.detach(),
+            b_out=bias(out, hidden),
+            transposed=a.ff_transposed,
+            act=act,
+            slope0=slope_at_zero(act),
+            placement="parallel" if parallel else a.placement,
+            input_norm=(
+                self._norm_params(block.get_submodule(a.norm_after), hidden, device)
+                if parallel
+                else None
+            ),
+        )
+
+    def _block_params(self, idx: int, heads: int, kv_heads: int) -> BlockParams:
+        a = self.loaded.adapter
+        block, norm = self.blocks[idx], self.norms[idx]
         out_proj = block.get_submodule(a.out_proj)
         sd = self.stat_dtype
         w_out = out_proj.weight.detach()
@@ -155,10 +211,9 @@ class MixingEngine:
         b_out = getattr(out_proj, "bias", None)
         n = self._norm_params(norm, hidden, w_out.device)
         ff_norm = None
-        if a.ff_norm is not None and any(
-            "ff_norm" in g.needs | g.verify_needs for g in self.groups
-        ):
-            ff_norm = self._norm_params(block.get_submodule(a.ff_norm), hidden, w_out.device)
+        if self.ff_norms:
+            ff_norm = self._norm_params(self.ff_norms[idx], hidden, w_out.device)
+        ff = self._ff_params(block, hidden, w_out.device) if self._reads("ff_in") else None
         return BlockParams(
             w_out=w_out,
             b_out=b_out.detach().to(sd) if b_out is not None else torch.zeros_like(n.beta),
@@ -169,6 +224,7 @@ class MixingEngine:
             heads=heads,
             kv_heads=kv_heads,
             ff_norm=ff_norm,
+            ff=ff,
         )
 
     def no_context(self, valid: torch.Tensor) -> torch.Tensor:
@@ -212,6 +268,12 @@ class MixingEngine:
             alpha_first=store.get("alpha_first"),
             ff_norm_in=store.get("ff_norm_in"),
             ff_norm_out=store.get("ff_norm_out"),
+            ff_pre=(
+                tuple(store[k] for k in ("ff_in", "ff_up") if k in store)
+                if "ff_in" in store
+                else None
+            ),
+            ff_out=store.get("ff_out"),
         )
         p = self.params[idx]
         if self.verify:

@@ -10,7 +10,10 @@ tensors that every attention block has in some form, and an adapter says where e
 - the output projection ``W_O, b_O`` (its output is ``Σ_j a_ij + b_O``),
 - the normalization after the residual sum (LN1 in post-LN blocks; LN2 / the post-attention
   RMSNorm in pre-LN blocks; the next block's input norm with a parallel residual),
-  whose input is the real pre-LN vector ``z`` and whose output is the real ``x̃``.
+  whose input is the real pre-LN vector ``z`` and whose output is the real ``x̃``;
+- for the feed-forward block (the ``ff`` measure group): its input projection(s), its
+  activation, its output projection, and the norm after its residual sum (LN2 of a post-LN
+  block; the next block's input norm, or the final norm after the last block, of a pre-LN one).
 
 In a pre-LN block the value projection reads ``LN1(x_j)``, so the captured values already
 are ``LN1(x_j) W_V + b_V``: the same hooks serve both placements.
@@ -68,8 +71,21 @@ class Adapter:
     # ``output.LayerNorm``); None in pre-LN blocks, where the next block's input norm follows.
     ff_norm: str | None = None
     mlp: str | None = None
+    # The norm that opens the next block (relative to a block) and the norm after the last
+    # block (relative to the base model): what follows a pre-LN block's feed-forward
+    # residual (and, with a parallel residual, the attention's too).
     next_norm: str | None = None
     final_norm: str | None = None
+    # The feed-forward block, FF(y) = W₂ φ(W₁ y + b₁) + b₂, or gated (SwiGLU)
+    # W_down (φ(W_gate y) ⊙ W_up y): ``ff_in`` is W₁ (the gate when ``ff_up`` is set),
+    # ``ff_act`` the module applying φ element-wise, ``ff_out`` W₂ / W_down; the weights are
+    # [in, out] when ``ff_transposed`` (GPT-2 Conv1D). With a parallel residual the FF reads
+    # ``norm_after`` applied to the block input x.
+    ff_in: str | None = None
+    ff_up: str | None = None
+    ff_act: str | None = None
+    ff_out: str | None = None
+    ff_transposed: bool = False
     # Configuration-dependent variants: (config attribute, value, overrides); the first whose
     # attribute equals the value is applied by :func:`adapter_for_config`.
     variants: tuple[tuple[str, Any, tuple[tuple[str, Any], ...]], ...] = ()
@@ -91,6 +107,9 @@ BERT = Adapter(
     out_proj="attention.output.dense",
     norm_after="attention.output.LayerNorm",
     ff_norm="output.LayerNorm",
+    ff_in="intermediate.dense",
+    ff_act="intermediate.intermediate_act_fn",
+    ff_out="output.dense",
     position_ids=True,
 )
 
@@ -114,6 +133,9 @@ DISTILBERT = Adapter(
     out_proj="attention.out_lin",
     norm_after="sa_layer_norm",
     ff_norm="output_layer_norm",
+    ff_in="ffn.lin1",
+    ff_act="ffn.activation",
+    ff_out="ffn.lin2",
     heads_attr="n_heads",
     uses_token_type_ids=False,
     position_ids=True,
@@ -137,6 +159,12 @@ GPT2 = Adapter(
     out_proj="attn.c_proj",
     out_proj_transposed=True,
     norm_after="ln_2",
+    next_norm="ln_1",
+    final_norm="ln_f",
+    ff_in="mlp.c_fc",
+    ff_act="mlp.act",
+    ff_out="mlp.c_proj",
+    ff_transposed=True,
     **_DECODER,
 )
 
@@ -152,6 +180,9 @@ GPT_NEOX = Adapter(
     mlp="mlp",
     next_norm="input_layernorm",
     final_norm="final_layer_norm",
+    ff_in="mlp.dense_h_to_4h",
+    ff_act="mlp.act",
+    ff_out="mlp.dense_4h_to_h",
     variants=(("use_parallel_residual", True, (("parallel_residual", True),)),),
     **_DECODER,
 )
@@ -168,6 +199,12 @@ LLAMA = Adapter(
     norm_eps_attr="variance_epsilon",
     norm_in_float32=True,  # LlamaRMSNorm casts to float32 (also a float64 model)
     kv_heads_attr="num_key_value_heads",
+    next_norm="input_layernorm",
+    final_norm="norm",
+    ff_in="mlp.gate_proj",
+    ff_up="mlp.up_proj",
+    ff_act="mlp.act_fn",
+    ff_out="mlp.down_proj",
     **_DECODER,
 )
 
@@ -179,6 +216,11 @@ OPT = Adapter(
     value="self_attn.v_proj",
     out_proj="self_attn.out_proj",
     norm_after="final_layer_norm",  # the MLP's input norm (do_layer_norm_before=True)
+    next_norm="self_attn_layer_norm",
+    final_norm="decoder.final_layer_norm",
+    ff_in="fc1",
+    ff_act="activation_fn",
+    ff_out="fc2",
     # OPT-350m normalizes after the residual sum (post-LN): the attention's own norm follows
     variants=(
         (

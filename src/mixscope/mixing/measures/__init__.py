@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mixscope.errors import SpecError
-from mixscope.mixing.measures import globenc, paper, sink
+from mixscope.mixing.measures import ff, globenc, paper, sink
 from mixscope.mixing.measures.base import Column, MeasureGroup
 
 if TYPE_CHECKING:
     from mixscope.models.adapters import Adapter
 
 #: every group, in registry order (append new groups at the end: stored codes follow it)
-GROUPS: dict[str, MeasureGroup] = {g.name: g for g in (paper.GROUP, globenc.GROUP, sink.GROUP)}
+GROUPS: dict[str, MeasureGroup] = {
+    g.name: g for g in (paper.GROUP, globenc.GROUP, sink.GROUP, ff.GROUP)
+}
 #: what a job computes when it names no groups (runs written before groups existed)
 DEFAULT_GROUPS = ("paper",)
 #: the selection word for every group that applies to the model

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 #: ``Workspace.shared`` key: (γ ⊙ centre(Σ_{j≠i} r_ij), γ ⊙ centre(r_ii (+ m_i))), each
 #: [batch, seq, hidden]: F_i's context and own parts times s(z_i) (globenc reads them)
 LN_PARTS = "ln_parts"
+#: ``Workspace.shared`` key: a_ii = Σ_h α^h_ii f^h(x_i) [batch, seq, hidden] (ff reads it)
+ATTN_SELF = "attn_self"
 
 
 class Paper(MeasureGroup):
@@ -66,7 +68,7 @@ class Paper(MeasureGroup):
         a_context = torch.sub(t.attn_out, p.b_out).sub_(a_self)  # Σ_{j≠i} a_ij  [b, s, hidden]
         r_self = torch.add(a_self, t.x)  # a_ii + x_i                      [batch, seq, hidden]
         n_context, n_self, n_r_self = norm(a_context), norm(a_self), norm(r_self)
-        del a_self
+        work.shared[ATTN_SELF] = a_self  # not modified below
         # F_i(x_j) = γ ⊙ centre(r_ij + δ_ij m_i) / s(z_i): the shared s(z_i) cancels in the
         # ratio; m_i (a parallel residual's MLP output, else absent) is the token's own.
         ln_r_self = r_self if t.extra is None else r_self.add_(t.extra)
