@@ -99,10 +99,11 @@ def forward_fn(loaded: Any, inputs: dict[str, Any], implementation: str):
     return run
 
 
-def analysis_fn(loaded: Any, inputs: dict[str, Any], attention: str):
+def analysis_fn(loaded: Any, inputs: dict[str, Any], attention: str, measures: str | None = None):
+    """``MixingEngine.run`` on ``inputs`` (``measures``: the groups, default the paper's)."""
     from mixscope.mixing.engine import MixingEngine
 
-    engine = MixingEngine(loaded, attention=attention)
+    engine = MixingEngine(loaded, attention=attention, measures=measures)
 
     def run() -> Any:
         return engine.run(inputs["input_ids"], inputs["attention_mask"]).measures
@@ -173,14 +174,20 @@ def time_case(name: str, loaded: Any, batch: int, n: int, args: argparse.Namespa
 
 
 def memory_child(spec: str, args: argparse.Namespace) -> None:
-    """One (mode, n) in this fresh process; prints one JSON line."""
-    mode, n = spec.split(":")
+    """One (mode, n) in this fresh process; prints one JSON line. ``mode``: "sdpa", or an
+    attention path with optional groups, "fast" / "eager" / "fast@paper,ff"."""
+    mode, n = spec.rsplit(":", 1)
     n = int(n)
+    attention, _, measures = mode.partition("@")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     loaded = llama("memory", device, _dtype(args.dtype), max(n, 512))
     inputs = batch_inputs(loaded, 1, n, device)
-    fn = forward_fn(loaded, inputs, "sdpa") if mode == "sdpa" else analysis_fn(loaded, inputs, mode)
+    fn = (
+        forward_fn(loaded, inputs, "sdpa")
+        if mode == "sdpa"
+        else analysis_fn(loaded, inputs, attention, measures or None)
+    )
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -207,11 +214,15 @@ def memory_child(spec: str, args: argparse.Namespace) -> None:
     print(json.dumps({"mode": mode, "n": n, "peak_mib": peak}))
 
 
-def memory_curve(args: argparse.Namespace) -> list[dict]:
+def memory_curve(
+    args: argparse.Namespace, modes: tuple[str, ...] = ("sdpa", "fast", "eager")
+) -> list[dict]:
+    """Peak memory of each mode at each n (``args.memory_n``), a fresh process each; eager
+    is not tried again at a larger n once it ran out of memory."""
     rows: list[dict] = []
     eager_alive = True
     for n in args.memory_n:
-        for mode in ("sdpa", "fast", "eager"):
+        for mode in modes:
             if mode == "eager" and not eager_alive:
                 rows.append({"mode": mode, "n": n, "peak_mib": None, "skipped": True})
                 continue
@@ -227,14 +238,14 @@ def memory_curve(args: argparse.Namespace) -> list[dict]:
             rows.append(row)
             if mode == "eager" and row["peak_mib"] is None:
                 eager_alive = False
-            print(f"  memory {mode:>5} n={n:>6}: {_mib(row['peak_mib'])}", flush=True)
+            print(f"  memory {mode:>5} n={n:>6}: {mib(row['peak_mib'])}", flush=True)
     return rows
 
 
 # --------------------------------------------------------------------------- report
 
 
-def _mib(v: float | None) -> str:
+def mib(v: float | None) -> str:
     return "out of memory" if v is None else f"{v:,.1f} MiB"
 
 
@@ -274,8 +285,8 @@ def report(times: list[dict], memory: list[dict], args: argparse.Namespace) -> s
         for n in args.memory_n:
             fast = by.get(("fast", n))
             per_k = "" if fast is None else f"{fast / (n / 1000):,.2f}"
-            say(f"| {n:,} | {_mib(by.get(('sdpa', n)))} | {_mib(fast)} "
-                f"| {_mib(by.get(('eager', n)))} | {per_k} |")  # fmt: skip
+            say(f"| {n:,} | {mib(by.get(('sdpa', n)))} | {mib(fast)} "
+                f"| {mib(by.get(('eager', n)))} | {per_k} |")  # fmt: skip
         ns = [n for n in args.memory_n if by.get(("fast", n))]
         if len(ns) >= 2:
             lo, hi = ns[0], ns[-1]

@@ -1,7 +1,8 @@
 """The tensors of one attention block, captured from a real forward pass.
 
 One dimension vocabulary everywhere: ``batch``, ``seq`` (query i / key j), ``heads``,
-``kv_heads``, ``head_dim``, ``hidden``, ``d_ff`` (the feed-forward's width).
+``kv_heads``, ``head_dim``, ``hidden``, ``d_ff`` (the feed-forward's width), ``tokens``
+(batch · seq flattened, where every step is per token).
 """
 
 from __future__ import annotations

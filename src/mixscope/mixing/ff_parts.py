@@ -33,8 +33,17 @@ from mixscope.mixing.block import FFParams, project
 
 #: Gauss–Legendre nodes for B = ∫₀¹ φ(t·g) dt (see the module docstring for the error)
 QUADRATURE_NODES = 16
+#: [tokens, d_ff] elements per chunk of tokens: cache-sized on a CPU (the element-wise
+#: passes run in cache), large on an accelerator (few kernel launches); bounds memory too
+CHUNK_ELEMENTS = {"cpu": 1 << 22}
+DEVICE_CHUNK_ELEMENTS = 1 << 24
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
+
+
+def chunk_tokens(d_ff: int, device: torch.device) -> int:
+    """How many tokens one chunk of the FF split takes."""
+    return max(16, CHUNK_ELEMENTS.get(device.type, DEVICE_CHUNK_ELEMENTS) // d_ff)
 
 
 @functools.cache
@@ -87,16 +96,16 @@ def context_pre_activations(
     inv_scale: torch.Tensor,
     const: torch.Tensor,
 ) -> tuple[torch.Tensor, ...]:
-    """Σ_{j≠i} h_j per input projection, [batch, seq, d_ff] each: the real pre-activation
+    """Σ_{j≠i} h_j per input projection, [tokens, d_ff] each: the real pre-activation
     minus the own part and the bias part ``W (scaled · inv_scale + const) + b`` (``scaled``,
-    ``const`` [hidden]; ``inv_scale`` [batch, seq, 1]). By linearity the bias part costs two
+    ``const`` [hidden]; ``inv_scale`` [tokens, 1]). By linearity the bias part costs two
     matrix–vector products, not a pass of every token through W."""
     out = []
     for h, own, w, b in zip(pre, own_pre, ff.inputs, ff.input_biases, strict=True):
         w_scaled = project(scaled, w, ff.transposed)  # [d_ff]
         w_const = project(const, w, ff.transposed).add_(b.to(const.dtype))  # [d_ff]
         context = torch.sub(h, own).sub_(w_const).addcmul_(inv_scale, w_scaled, value=-1)
-        out.append(context)  # [batch, seq, d_ff]
+        out.append(context)  # [tokens, d_ff]
     return tuple(out)
 
 
@@ -105,9 +114,9 @@ def split_output(
     pre: tuple[torch.Tensor, ...],
     parts: list[tuple[torch.Tensor, ...]],
 ) -> torch.Tensor:
-    """The FF output of each part: ``[len(parts), batch, seq, hidden]`` (W₂ without b₂).
+    """The FF output of each part: ``[len(parts), tokens, hidden]`` (W₂ without b₂).
 
-    ``pre``: the real pre-activations (``(h,)`` or ``(g, u)``, [batch, seq, d_ff] each), which
+    ``pre``: the real pre-activations (``(h,)`` or ``(g, u)``, [tokens, d_ff] each), which
     fix the coefficients; ``parts``: each part's pre-activations, same layout (broadcastable).
     One W₂ product for every part at once.
     """
@@ -120,4 +129,4 @@ def split_output(
         c = secant(ff.act, pre[0], ff.slope0)
         for k, (h_j,) in enumerate(parts):
             torch.mul(h_j, c, out=stacked[k])
-    return project(stacked, ff.w_out, ff.transposed)  # [parts, batch, seq, hidden]
+    return project(stacked, ff.w_out, ff.transposed)  # [parts, tokens, hidden]

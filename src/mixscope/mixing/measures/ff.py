@@ -25,6 +25,7 @@ after the FF rebuilt from every part == its real output.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mixscope.mixing.measures.base import (
@@ -68,31 +69,26 @@ class FeedForward(MeasureGroup):
     ) -> torch.Tensor:
         import torch
 
-        from mixscope.mixing.ratios import norm_ratio
+        from mixscope.mixing.ff_parts import chunk_tokens
+        from mixscope.mixing.measures.paper import ATTN_SELF
+        from mixscope.mixing.ratios import self_attention_vector
 
-        assert p.ff_norm is not None
-        norm = lambda v: torch.linalg.vector_norm(v, dim=-1)  # noqa: E731  [batch, seq]
-        ff_own, ff_context, res_own, res_context = _parts(t, p, work)
-        # ff_context None: a parallel residual, whose FF reads the token alone
-        n_ff_context = norm(ff_context) if ff_context is not None else None
-        n_ff_own = norm(ff_own)
-        if ff_context is not None:
-            res_context.add_(ff_context)  # Σ_{j≠i} (FF_ij + res_ij)   [batch, seq, hidden]
-        res_own.add_(ff_own)  # FF_ii + res_ii                          [batch, seq, hidden]
-        del ff_own, ff_context
-        n2 = p.ff_norm
-        ratios = [
-            norm_ratio(n_ff_context, n_ff_own)
-            if n_ff_context is not None
-            else torch.zeros_like(n_ff_own),
-            norm_ratio(norm(res_context), norm(res_own)),
-            # N(·): γ ⊙ centre(·) / s; the shared s of the real norm input cancels
-            norm_ratio(
-                norm(_centred(res_context, n2.norm_kind).mul_(n2.gamma)),
-                norm(_centred(res_own, n2.norm_kind).mul_(n2.gamma)),
-            ),
-        ]
-        out = torch.stack(ratios)  # [measure, batch, seq]
+        assert p.ff is not None and t.ff_pre is not None
+        a_self = work.shared.get(ATTN_SELF)
+        if a_self is None:
+            a_self = self_attention_vector(t, p)  # a_ii              [batch, seq, hidden]
+        flat = lambda v: v.reshape(-1, v.shape[-1])  # noqa: E731  [tokens, ·]
+        tokens = _Tokens(
+            flat(t.x), flat(t.attn_out), flat(t.z), flat(a_self), tuple(map(flat, t.ff_pre))
+        )
+        count, d_ff = tokens.pre[0].shape
+        out = torch.empty(len(self.columns), count, dtype=t.x.dtype, device=t.x.device)
+        # every step is per token: chunks bound the [tokens, d_ff] temporaries (and keep
+        # them in cache on a CPU)
+        step = chunk_tokens(d_ff, t.x.device)
+        for start in range(0, count, step):
+            out[:, start : start + step] = _ratios(tokens.rows(start, start + step), p)
+        out = out.view(len(self.columns), *batch.valid.shape)  # [measure, batch, seq]
         return out.masked_fill(batch.no_context.unsqueeze(0), 0.0)
 
     def check(self, t: BlockTensors, p: BlockParams, batch: BatchInfo) -> list[Residual]:
@@ -140,48 +136,89 @@ class FeedForward(MeasureGroup):
         ]
 
 
-def _centred(v: torch.Tensor, kind: str) -> torch.Tensor:
-    from mixscope.mixing.block import centre_
+@dataclass(frozen=True)
+class _Tokens:
+    """One block's per-token inputs of the group, flattened: [tokens, ·] each."""
 
-    return centre_(v, kind)
+    x: torch.Tensor  # block input                            [tokens, hidden]
+    attn_out: torch.Tensor  # Σ_j a_ij + b_O                  [tokens, hidden]
+    z: torch.Tensor  # the block norm's input                 [tokens, hidden]
+    a_self: torch.Tensor  # a_ii                              [tokens, hidden]
+    pre: tuple[torch.Tensor, ...]  # the FF's pre-activations [tokens, d_ff] each
+
+    def rows(self, start: int, stop: int) -> _Tokens:
+        return _Tokens(
+            self.x[start:stop],
+            self.attn_out[start:stop],
+            self.z[start:stop],
+            self.a_self[start:stop],
+            tuple(h[start:stop] for h in self.pre),
+        )
+
+
+def _ratios(tok: _Tokens, p: BlockParams) -> torch.Tensor:
+    """ff_n, ffres_n, ffresln_n of some tokens: [measure, tokens]."""
+    import torch
+
+    from mixscope.mixing.block import centre_
+    from mixscope.mixing.ratios import norm_ratio
+
+    assert p.ff_norm is not None
+    norm = lambda v: torch.linalg.vector_norm(v, dim=-1)  # noqa: E731  [tokens]
+    ff_own, ff_context, res_own, res_context = _parts(tok, p)
+    # ff_context None: a parallel residual, whose FF reads the token alone
+    n_ff_own = norm(ff_own)
+    if ff_context is None:
+        ff_n = torch.zeros_like(n_ff_own)
+    else:
+        ff_n = norm_ratio(norm(ff_context), n_ff_own)
+        res_context.add_(ff_context)  # Σ_{j≠i} (FF_ij + res_ij)       [tokens, hidden]
+    res_own.add_(ff_own)  # FF_ii + res_ii                              [tokens, hidden]
+    n2 = p.ff_norm
+    return torch.stack(
+        [
+            ff_n,
+            norm_ratio(norm(res_context), norm(res_own)),
+            # N(·) = γ ⊙ centre(·) / s: the shared s of the real norm input cancels
+            norm_ratio(
+                norm(centre_(res_context, n2.norm_kind).mul_(n2.gamma)),
+                norm(centre_(res_own, n2.norm_kind).mul_(n2.gamma)),
+            ),
+        ]
+    )
 
 
 def _parts(
-    t: BlockTensors, p: BlockParams, work: Workspace
+    tok: _Tokens, p: BlockParams
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
-    """(FF_ii, Σ_{j≠i} FF_ij, res_ii, Σ_{j≠i} res_ij), each [batch, seq, hidden]; the FF's
+    """(FF_ii, Σ_{j≠i} FF_ij, res_ii, Σ_{j≠i} res_ij), each [tokens, hidden]; the FF's
     context part is None where the FF reads the token alone (a parallel residual)."""
     import torch
 
     from mixscope.mixing.block import centre, centre_, norm_scale, project
     from mixscope.mixing.ff_parts import context_pre_activations, split_output
-    from mixscope.mixing.measures.paper import ATTN_SELF
-    from mixscope.mixing.ratios import self_attention_vector
 
     ff = p.ff
-    assert ff is not None and t.ff_pre is not None
-    a_self = work.shared.get(ATTN_SELF)
-    if a_self is None:
-        a_self = self_attention_vector(t, p)  # a_ii                  [batch, seq, hidden]
-    a_context = torch.sub(t.attn_out, p.b_out).sub_(a_self)  # Σ_{j≠i} a_ij  [b, s, hidden]
-    r_self = torch.add(a_self, t.x)  # r_ii = a_ii + x_i              [batch, seq, hidden]
-    if ff.placement == "parallel":  # the FF reads N_in(x_i): its own part and β_in
+    assert ff is not None
+    a_context = torch.sub(tok.attn_out, p.b_out).sub_(tok.a_self)  # Σ_{j≠i} a_ij  [tokens, hidden]
+    r_self = torch.add(tok.a_self, tok.x)  # r_ii = a_ii + x_i                [tokens, hidden]
+    if ff.placement == "parallel":  # the FF reads N_in(x_i): its own part, and β_in
         assert ff.input_norm is not None
         n_in = ff.input_norm
-        y_own = torch.mul(centre(t.x, n_in.norm_kind), n_in.gamma).div_(norm_scale(t.x, n_in))
+        y_own = torch.mul(centre(tok.x, n_in.norm_kind), n_in.gamma).div_(norm_scale(tok.x, n_in))
         own_pre = tuple(project(y_own, w, ff.transposed) for w in ff.inputs)
-        ff_own = split_output(ff, t.ff_pre, [own_pre])[0]
+        ff_own = split_output(ff, tok.pre, [own_pre])[0]
         return ff_own, None, r_self, a_context
     # the FF input is the output of the block's norm: y_ij = γ ⊙ centre(r_ij) / s(z_i)
-    inv_s = norm_scale(t.z, p).reciprocal_()  # [batch, seq, 1]
+    inv_s = norm_scale(tok.z, p).reciprocal_()  # [tokens, 1]
     # (out of place: RMSNorm's centre is the identity, and r_self is still needed)
-    y_own = torch.mul(centre(r_self, p.norm_kind), p.gamma).mul_(inv_s)  # [b, s, hidden]
-    own_pre = tuple(project(y_own, w, ff.transposed) for w in ff.inputs)  # [b, s, d_ff]
+    y_own = torch.mul(centre(r_self, p.norm_kind), p.gamma).mul_(inv_s)  # [tokens, hidden]
+    own_pre = tuple(project(y_own, w, ff.transposed) for w in ff.inputs)  # [tokens, d_ff]
     # the bias part y_bias = γ ⊙ centre(b_O) / s + β, and the others' sum by subtraction
     context_pre = context_pre_activations(
-        ff, t.ff_pre, own_pre, p.gamma * centre(p.b_out, p.norm_kind), inv_s, p.beta
+        ff, tok.pre, own_pre, p.gamma * centre(p.b_out, p.norm_kind), inv_s, p.beta
     )
-    ff_own, ff_context = split_output(ff, t.ff_pre, [own_pre, context_pre])
+    ff_own, ff_context = split_output(ff, tok.pre, [own_pre, context_pre])
     if ff.placement == "post":  # the residual around the FF carries the LN1 output's parts
         y_context = centre_(a_context, p.norm_kind).mul_(p.gamma).mul_(inv_s)  # in place
         return ff_own, ff_context, y_own, y_context
