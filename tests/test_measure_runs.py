@@ -1,9 +1,10 @@
 """Measure groups through whole runs: identity, run.json, files, views, named queries, report.
 
-One results root holding three real runs of ``mixscope run`` (in-process executor, tiny
-BERT) with different groups — the paper's alone, paper + globenc + sink, sink alone — so
-every reader meets runs that have a measure and runs that have not. Expected values come
-from the detail files read with pyarrow (no DuckDB, no mixscope reader).
+One results root holding five real runs of ``mixscope run`` (in-process executor, tiny
+BERT) with different groups — the paper's alone, paper + globenc + sink, sink alone,
+paper + ff, ff alone — so every reader meets runs that have a measure and runs that have
+not. Expected values come from the detail files read with pyarrow (no DuckDB, no mixscope
+reader).
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ CORPUS = [
     "Every measure group is one file and its tests.",
     "The first position draws most of the attention weight.",
 ]
-GROUPS = {"paper": ["paper"], "three": ["paper", "globenc", "sink"], "sink": ["sink"]}
+GROUPS = {
+    "paper": ["paper"],
+    "three": ["paper", "globenc", "sink"],
+    "sink": ["sink"],
+    "ff": ["paper", "ff"],
+    "ff_alone": ["ff"],
+}
+#: every measure some run of the root has, registry order
+EVERY = measure_set(tuple({g for groups in GROUPS.values() for g in groups})).columns
 
 
 def _spec(model_dir: str, corpus: Path, out: Path, measures: list[str] | None):
@@ -80,7 +89,7 @@ def _detail(root: str, run_id: str) -> list[dict]:
 def test_paper_only_runs_keep_their_ids_and_groups_are_recorded(mixed):
     ids = mixed["ids"]
     assert ids["paper"] == mixed["default_id"]  # no measures in the spec: the same run
-    assert len(set(ids.values())) == 3
+    assert len(set(ids.values())) == len(GROUPS)
     for name, groups in GROUPS.items():
         record = json.loads(
             Path(mixed["root"], "_mixscope", "runs", ids[name], "run.json").read_text()
@@ -174,20 +183,96 @@ def test_a_query_over_a_group_no_run_has_says_so(mixed):
         execute(con, "SELECT avg(sink_n) FROM tokens")
 
 
+#: the scopes through one block, in the order a token's vector passes them (METHOD.md §5)
+SCOPES = ["attn_n", "attnres_n", "attnresln_n", "ff_n", "ffres_n", "ffresln_n"]
+
+
+def _expected_component_profile(rows: list[dict]) -> dict[int, tuple]:
+    """layer → (tokens, the mean of every scope, ffresln_n − attnresln_n), in float64 over
+    the detail's float32 values (one row per token, one list entry per layer)."""
+    per_layer = {
+        m: np.array([r[m] for r in rows], dtype=np.float64) for m in SCOPES
+    }  # [tokens, layers]
+    tokens, layers = per_layer[SCOPES[0]].shape
+    out = {}
+    for layer in range(layers):
+        means = [float(per_layer[m][:, layer].mean()) for m in SCOPES]
+        out[layer + 1] = (tokens, *means, means[-1] - means[2])
+    return out
+
+
+def test_component_profile_against_the_detail_rows(mixed):
+    root, ids = mixed["root"], mixed["ids"]
+    cur = run_query(connect(root), "component_profile")
+    names = [d[0] for d in cur.description]
+    assert names == ["run_id", "layer", "tokens", *SCOPES, "ff_change"]
+    got = cur.fetchall()
+    # only the run with both groups: not the paper's alone, not the ff group's alone
+    assert {r[0] for r in got} == {ids["ff"]}
+    want = _expected_component_profile(_detail(root, ids["ff"]))
+    assert len(got) == len(want) == 2  # tiny BERT: one row per layer
+    assert [r[1] for r in got] == sorted(want)
+    for r in got:
+        tokens, *means = want[r[1]]
+        assert r[2] == tokens
+        assert list(r[3:]) == pytest.approx(means, abs=1e-6)
+    # the FF moves the ratio: the change is not a constant zero
+    assert any(abs(w[-1]) > 1e-3 for w in want.values())
+    one = run_query(connect(root), "component_profile", {"run_id": ids["ff"]}).fetchall()
+    assert one == got
+
+
+def test_component_profile_needs_paper_and_ff_in_one_run(mixed):
+    root, ids = mixed["root"], mixed["ids"]
+    cases = [
+        ([ids["paper"], ids["three"]], "needs the 'ff' measure group and no selected run has it"),
+        ([ids["ff_alone"]], "needs the 'paper' measure group and no selected run has it"),
+        (
+            [ids["paper"], ids["ff_alone"]],
+            "needs the 'paper' and 'ff' measure groups in one run and no selected run has them",
+        ),
+    ]
+    for run_ids, message in cases:
+        with pytest.raises(MixscopeError, match=message) as err:
+            run_query(connect(root, run_ids=run_ids), "component_profile")
+        assert "\n" not in str(err.value) and "--measures paper,ff" in str(err.value)
+    # the run_id parameter selects too: the whole root has the pair, that run has not
+    with pytest.raises(MixscopeError, match="needs the 'ff' measure group"):
+        run_query(connect(root), "component_profile", {"run_id": ids["paper"]})
+
+
+def test_the_report_draws_the_component_figure_for_the_runs_that_have_it(mixed, tmp_path):
+    import mixscope
+    from mixscope.report.build import build_report
+
+    ids = mixed["ids"]
+    chosen = [ids["paper"], ids["ff"], ids["ff_alone"]]  # only one has both groups
+    built = build_report(mixed["root"], chosen, str(tmp_path / "png"), "png", examples=False)
+    drawn = [Path(f) for f in built.files if Path(f).name.startswith("components-")]
+    assert [f.name for f in drawn] == [f"components-{ids['ff']}.png"]
+    assert drawn[0].stat().st_size > 10_000
+    assert drawn[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.section for p in built.plots].count("components") == 1
+    with mixscope.open(mixed["root"]) as res:  # the same figure, unrendered
+        (fig,) = res.plot("components")
+        assert len(fig.axes) == 2
+    # a run without the ff group: the section is there, with no figure and a note why
+    page = build_report(mixed["root"], [ids["paper"]], str(tmp_path / "p.html"), examples=False)
+    assert not [p for p in page.plots if p.section == "components"]
+    text = Path(page.output).read_text()
+    assert "Through the block: attention to feed-forward" in text
+    assert "No run here has the ff group" in text
+
+
 def test_layer_summary_lists_every_measure_of_the_runs(mixed):
     root, ids = mixed["root"], mixed["ids"]
     cur = run_query(connect(root), "layer_summary")
     names = [d[0] for d in cur.description]
-    assert names == [
-        "run_id",
-        "layer",
-        "tokens",
-        *measure_set(("paper", "globenc", "sink")).columns,
-    ]
+    assert names == ["run_id", "layer", "tokens", *EVERY]
     for row in cur.fetchall():
         values = dict(zip(names, row, strict=True))
         groups = next(g for n, g in GROUPS.items() if ids[n] == values["run_id"])
-        for m in measure_set(("paper", "globenc", "sink")).columns:
+        for m in EVERY:
             assert (values[m] is None) == (m not in measure_set(tuple(groups)).columns), m
 
 
@@ -229,7 +314,7 @@ def test_all_records_what_it_skipped(tiny, tmp_path):
     corpus.write_text("one line\nanother line\n", encoding="utf-8")
     spec = _spec(str(tmp_path / "gpt2"), corpus, tmp_path / "out", ["all"])
     record = prepare(spec, write=False).record
-    assert record.measures["groups"] == ["paper", "sink"]
+    assert record.measures["groups"] == ["paper", "sink", "ff"]  # ff: pre-LN too
     assert "post-LN" in record.measures["skipped"]["globenc"]
     with pytest.raises(MixscopeError, match="'globenc' does not apply"):
         prepare(_spec(str(tmp_path / "gpt2"), corpus, tmp_path / "out", ["globenc"]), write=False)

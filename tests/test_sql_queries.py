@@ -51,6 +51,7 @@ def test_every_named_query_is_checked_here():
         "compare_token_types",
         "top_tokens",
         "sink_profile",  # tests/test_measure_runs.py (a root with the sink group)
+        "component_profile",  # tests/test_measure_runs.py (a root with the paper + ff groups)
     }
     for q in all_queries().values():
         assert q.description and q.columns and q.sql.lstrip().startswith("--"), q.name

@@ -201,7 +201,7 @@ def _queries(root: str) -> dict[str, list]:
     runs = [r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()]
     out = {}
     for name, q in all_queries().items():
-        if name == "frequency_correlation_exact" or q.group:
+        if name == "frequency_correlation_exact" or q.groups:
             continue  # reads the detail; a measure group's query (tests/test_measure_runs.py)
         params = {"a": runs[0], "b": runs[0]} if name.startswith("compare_") else {}
         cur = run_query(con, name, params)

@@ -136,8 +136,10 @@ class Results:
         """The report's figures of one section as matplotlib ``Figure`` objects.
 
         ``name``: ``layers`` (per-layer curves), ``token-types`` (category × layer
-        heatmaps), ``frequency`` (rank vs ratio), ``trend`` (checkpoint trend, one per
-        model with several steps), ``compare`` (runs ``a`` and ``b``: per layer, and per
+        heatmaps), ``frequency`` (rank vs ratio), ``sink`` (the first position, runs with
+        the sink group), ``components`` (the scopes through the block and the FF's change,
+        runs with the ff group), ``trend`` (checkpoint trend, one per model with several
+        steps), ``compare`` (runs ``a`` and ``b``: per layer, and per
         token type) or ``contributions`` (loads each run's model). One figure per run, in
         the report's run order, or only ``run``'s (an id or a unique prefix).
         """

@@ -148,6 +148,7 @@ STRING_PARAMS = {
     "compare_token_types": ["a", "b"],
     "top_tokens": ["run_id"],
     "sink_profile": ["run_id"],  # a measure group's query: no run here has it
+    "component_profile": ["run_id"],  # likewise (the paper + ff groups)
 }
 
 
@@ -172,7 +173,7 @@ def test_parameters_are_values_not_sql(synth_root):
                     with pytest.raises(MixscopeError, match="no reference frequency table"):
                         run_query(con, name, given)
                     continue
-                if all_queries()[name].group:  # no run with the group (no such run): said so
+                if all_queries()[name].groups:  # no run with the group (no such run): said so
                     with pytest.raises(MixscopeError, match="measure group"):
                         run_query(con, name, given)
                     continue

@@ -1,10 +1,12 @@
 """``build_report``: from a results root to one self-contained HTML page, or to PNG files.
 
 Sections, in order: runs, summary (Table 2), per-layer curves, token types × layer
-(Figure 3), frequency rank vs ratio (Figure 4, with ρ), checkpoint trend (models with
-several steps), the comparison of two runs (``--compare A B``, report/comparison.py),
-contribution maps of one example sequence per layer (Figure 1). The same figures, not
-rendered, are what :meth:`mixscope.results.Results.plot` returns (report/figures.py).
+(Figure 3), frequency rank vs ratio (Figure 4, with ρ), the first position (runs with the
+``sink`` group), the scopes through the block (runs with the ``ff`` group), checkpoint
+trend (models with several steps), the comparison of two runs (``--compare A B``,
+report/comparison.py), contribution maps of one example sequence per layer (Figure 1).
+The same figures, not rendered, are what :meth:`mixscope.results.Results.plot` returns
+(report/figures.py).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def build_report(
     ``compare``: two runs (ids or unique prefixes) drawn side by side; they join ``run_ids``.
     """
     from mixscope.report.comparison import compare_section, with_compared
+    from mixscope.report.components import component_section
     from mixscope.report.contributions import contributions_section
     from mixscope.report.frequency import frequency_section
     from mixscope.report.layers import layer_sections, sink_section
@@ -77,6 +80,7 @@ def build_report(
     layer_sections(rep)
     frequency_section(rep)
     sink_section(rep)
+    component_section(rep)
     trend_section(rep)
     compare_section(rep, compare)
     contributions_section(rep, examples)

@@ -1,8 +1,8 @@
 """The state every report section works on: the runs, the views connection, the figures.
 
 Sections are plain functions of a :class:`Report` (report/tables.py, layers.py, frequency.py,
-trend.py, comparison.py, contributions.py), so ``build_report`` renders them into a page
-and ``Results.plot`` (report/figures.py) takes the very same figures unrendered.
+components.py, trend.py, comparison.py, contributions.py), so ``build_report`` renders them
+into a page and ``Results.plot`` (report/figures.py) takes the very same figures unrendered.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ SECTIONS = {
     "token-types": "Token types by layer",
     "frequency": "Frequency rank and mixing ratio",
     "sink": "The first position: attention weight and norm",
+    "components": "Through the block: attention to feed-forward",
     "trend": "Checkpoint trend",
     "compare": "Comparison of two runs",
     "contributions": "Contribution maps of an example sequence",

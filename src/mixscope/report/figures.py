@@ -11,7 +11,16 @@ from typing import Any
 from mixscope.errors import MixscopeError
 
 #: the sections with figures (layers and token types are drawn together)
-SECTIONS = ("layers", "token-types", "frequency", "sink", "trend", "compare", "contributions")
+SECTIONS = (
+    "layers",
+    "token-types",
+    "frequency",
+    "sink",
+    "components",
+    "trend",
+    "compare",
+    "contributions",
+)
 
 
 def figures(
@@ -26,6 +35,7 @@ def figures(
     """The ``Figure`` objects of section ``name`` for ``run_ids`` (default: all runs that
     ``con`` sees), in the report's order. ``con``: a views connection over ``root``."""
     from mixscope.report.comparison import compare_section, with_compared
+    from mixscope.report.components import component_section
     from mixscope.report.context import Report, select_runs
     from mixscope.report.contributions import contributions_section
     from mixscope.report.frequency import frequency_section
@@ -42,6 +52,7 @@ def figures(
         "token-types": layer_sections,
         "frequency": frequency_section,
         "sink": sink_section,
+        "components": component_section,
         "trend": trend_section,
         "compare": lambda r: compare_section(r, compare),
         "contributions": lambda r: contributions_section(r, True),

@@ -4,7 +4,7 @@
     -- description: one line
     -- param: run_id = null | what it does       (default parsed as YAML; ``required``: no default)
     -- columns: run_id, measure, …               (the output contract)
-    -- group: sink                               (optional: the measure group it reads)
+    -- group: sink                               (optional: the measure group(s) it reads)
 
 Parameters are bound by DuckDB (``$name``), never pasted into the SQL text.
 
@@ -14,7 +14,8 @@ Measure lists come from the registry, never spelled in a query: ``{{measures:FOR
 ``{{measures:any_value(mean) FILTER (measure = '@') AS @}}`` — from the connection's
 ``measures`` table (sql/measure_tables.py), so a root holding runs of different groups
 gets the columns its runs have. A query that names a ``group`` refuses, in one line, a
-selection where no run has that group.
+selection where no run has that group; one that names several (``-- group: paper, ff``:
+it compares the scopes of two groups) refuses a selection where no run has them all.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class NamedQuery:
     sql: str
     params: tuple[Param, ...] = field(default_factory=tuple)
     columns: tuple[str, ...] = field(default_factory=tuple)
-    group: str | None = None  # the measure group the query reads (its measures' group)
+    #: the measure groups the query reads (its measures' groups), every one needed per run
+    groups: tuple[str, ...] = ()
 
     def bind(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults + given values, coerced to the default's type; clear errors otherwise."""
@@ -116,6 +118,8 @@ def parse(text: str) -> NamedQuery:
             meta["params"].append(Param(pname.strip(), parsed, help_text.strip()))
         elif key == "columns":
             meta["columns"] = tuple(c.strip() for c in value.split(","))
+        elif key == "group":
+            meta["groups"] = tuple(g.strip() for g in value.split(",") if g.strip())
         else:
             meta[key] = value.strip()
     if "name" not in meta:
@@ -126,7 +130,7 @@ def parse(text: str) -> NamedQuery:
         text,
         tuple(meta["params"]),
         meta.get("columns", ()),
-        meta.get("group") or None,
+        meta.get("groups", ()),
     )
 
 
@@ -166,20 +170,38 @@ def run_query(con: Any, name: str, params: dict[str, Any] | None = None) -> Any:
                 + (", ".join(known) or "none (mixscope frequencies import ROOT FILE --name NAME)")
             )
     listed = con.execute("SELECT measure, stored FROM measures ORDER BY ord").fetchall()
-    if q.group is not None:
-        from mixscope.mixing.measures import GROUPS
-
-        if q.group not in GROUPS:
-            raise MixscopeError(f"query {q.name} reads an unknown measure group {q.group!r}")
-        have = con.execute(
-            "SELECT DISTINCT run_id FROM run_measures WHERE grp = ? AND "
-            "($run_id IS NULL OR run_id = $run_id)".replace("$run_id", "?"),
-            [q.group, bound.get("run_id"), bound.get("run_id")],
-        ).fetchall()
-        if not have:
-            raise MixscopeError(
-                f"query {q.name} needs the {q.group!r} measure group and no selected run has "
-                f"it; run the job with --measures paper,{q.group} (or all)"
-            )
+    if q.groups:
+        _needs_groups(con, q, bound.get("run_id"))
     sql = expand(q.sql, [m for m, _ in listed], [m for m, stored in listed if stored])
     return execute(con, sql, bound)
+
+
+def _needs_groups(con: Any, q: NamedQuery, run_id: str | None) -> None:
+    """Refuse, in one line, a selection where no run has every group ``q`` reads (the
+    query would answer no rows, which reads like "nothing there" rather than "not
+    computed")."""
+    from mixscope.mixing.measures import GROUPS
+
+    unknown = [g for g in q.groups if g not in GROUPS]
+    if unknown:
+        raise MixscopeError(f"query {q.name} reads an unknown measure group {unknown[0]!r}")
+    have: dict[str, set[str]] = {}
+    for g in q.groups:
+        cur = con.execute(
+            "SELECT DISTINCT run_id FROM run_measures WHERE grp = ? AND (? IS NULL OR run_id = ?)",
+            [g, run_id, run_id],
+        )
+        have[g] = {r for (r,) in cur.fetchall()}
+    flag = ",".join(dict.fromkeys(("paper", *q.groups)))
+    missing = next((g for g in q.groups if not have[g]), None)
+    if missing is not None:
+        raise MixscopeError(
+            f"query {q.name} needs the {missing!r} measure group and no selected run has "
+            f"it; run the job with --measures {flag} (or all)"
+        )
+    if not set.intersection(*have.values()):
+        listed = " and ".join(repr(g) for g in q.groups)
+        raise MixscopeError(
+            f"query {q.name} needs the {listed} measure groups in one run and no selected run "
+            f"has them all; run the job with --measures {flag} (or all)"
+        )
