@@ -45,6 +45,7 @@ bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder gpt2 --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder llama --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/attention.py --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ff.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/host.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/storage.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/pipeline.py --detail none --save

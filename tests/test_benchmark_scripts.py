@@ -38,3 +38,17 @@ def test_storage_benchmark_runs(tmp_path: Path) -> None:
 def test_host_benchmark_runs(tmp_path: Path) -> None:
     out = _quick("host.py", tmp_path)
     assert "| `none` |" in out and "tokens/s per core" in out
+
+
+@pytest.mark.slow
+def test_ff_benchmark_runs() -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "ff.py"), "--quick", "--no-memory"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| MiniLM-L6 (real) | 128 × 4 |" in done.stdout and "paper + ff / SDPA" in done.stdout

@@ -5,6 +5,8 @@
   (``mixing/measures/<group>.py``) and that group's named queries; every group states its
   contract (definition, columns with label and colour, tensor code, exactness check);
 - Ray is imported only by the Ray executor modules (the worker is a plain class);
+- the layering is one-way: a package imports nothing from the layers above it (``LAYERS``;
+  lazy imports inside functions count too);
 - the package root and the CLI stay import-light (no torch, ray or pyarrow at load).
 """
 
@@ -111,6 +113,48 @@ def test_ray_is_imported_only_by_the_ray_executor() -> None:
             if any(n == "ray" or n.startswith("ray.") for n in names):
                 importers.add(_rel(p))
     assert importers == RAY_MODULES
+
+
+#: package → the mixscope packages it must not import (at module level or lazily)
+LAYERS = {
+    "config": {"runtime", "mixing", "store", "stats", "corpus", "report", "sql", "cli"},
+    "mixing": {"config", "runtime", "store", "stats", "sql", "report", "cli"},
+    "stats": {"runtime", "report", "cli"},
+    "sql": {"runtime", "report", "cli"},
+}
+
+
+def _mixscope_imports(path: Path) -> set[str]:
+    """The mixscope packages a module imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        found |= {n.split(".")[1] for n in names if n.startswith("mixscope.")}
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_the_layering_is_one_way(package: str) -> None:
+    wrong = {
+        f"{_rel(p)} imports mixscope.{t}"
+        for p in MODULES
+        if _rel(p).startswith(package + "/")
+        for t in _mixscope_imports(p) & LAYERS[package]
+    }
+    assert not wrong, sorted(wrong)
+
+
+def test_closed_sets_match_their_owners() -> None:
+    """config/ validates against choices.py; the registry and the executors must agree."""
+    from mixscope.choices import EXECUTOR_NAMES, MEASURE_GROUPS
+    from mixscope.runtime.executor import EXECUTORS
+
+    assert tuple(GROUPS) == MEASURE_GROUPS
+    assert set(EXECUTORS) == set(EXECUTOR_NAMES)
 
 
 def test_cli_import_is_light() -> None:

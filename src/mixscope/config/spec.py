@@ -13,12 +13,17 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from mixscope.choices import DETAIL_MODES, MASK_COUNTS, PRECISIONS
+from mixscope.choices import (
+    ATTENTION_MODES,
+    DEFAULT_MEASURE_GROUPS,
+    DETAIL_MODES,
+    EXECUTOR_NAMES,
+    MASK_COUNTS,
+    MEASURE_GROUPS,
+    PRECISIONS,
+)
 from mixscope.config.fields import FieldInfo, describe, setting
-from mixscope.mixing import ATTENTION_MODES
-from mixscope.mixing.measures import DEFAULT_GROUPS, GROUPS
 from mixscope.models.packaged import DEFAULT_MODEL
-from mixscope.runtime.executor import EXECUTORS
 
 #: how consecutive documents become pairs (``corpus.pair_selection``, corpus/plan.py)
 PAIR_SELECTIONS = ("split", "fit")
@@ -91,8 +96,8 @@ class AnalysisSpec:
     revision: str | None = setting(None, "Hub revision of the model (branch, tag or commit).")
     # in the run identity when not the default (store/runs.py): existing runs keep their ids
     measures: tuple[str, ...] = setting(
-        DEFAULT_GROUPS,
-        f"Measure groups ({', '.join(GROUPS)}; comma-separated), or all: every group that "
+        DEFAULT_MEASURE_GROUPS,
+        f"Measure groups ({', '.join(MEASURE_GROUPS)}; comma-separated), or all: every group that "
         "applies to the model (docs/method.md).",
     )
     # not in the run identity: fast and eager agree to float rounding (≤ 1e-5 in float32,
@@ -139,7 +144,7 @@ class RuntimeSpec:
     max_retries: int = setting(2, "Attempts per shard after the first.")
     verify: bool = setting(False, "Check the exactness identity on every block.")
     executor: str = setting(
-        "ray", "ray, or local (in-process, no Ray; for debugging).", choices=tuple(EXECUTORS)
+        "ray", "ray, or local (in-process, no Ray; for debugging).", choices=EXECUTOR_NAMES
     )
     shard_order: str = setting(
         "largest_first",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from mixscope.choices import parse_measure_groups
 from mixscope.config.spec import JobSpec, spec_fields
 from mixscope.errors import SpecError
 
@@ -93,10 +94,8 @@ def validate(spec: JobSpec) -> None:
     for ok, message in checks:
         if not ok:
             raise SpecError(f"invalid job spec: {message}")
-    from mixscope.mixing.measures import parse_names
-
     try:  # names only; whether a group applies to the model is checked with its config
-        parse_names(a.measures)
+        parse_measure_groups(a.measures)
     except SpecError as exc:
         raise SpecError(f"invalid job spec: analysis.{exc}") from None
     if c.skip_regex:

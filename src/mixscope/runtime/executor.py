@@ -59,7 +59,7 @@ class RetryPolicy:
         return ShardEvent("failed", shard_id, attempt, error=error)
 
 
-#: runtime.executor → "module:Class"
+#: runtime.executor (choices.EXECUTOR_NAMES; tests/test_structure.py checks) → "module:Class"
 EXECUTORS = {
     "local": "mixscope.runtime.local:LocalExecutor",
     "ray": "mixscope.runtime.ray_executor:RayExecutor",

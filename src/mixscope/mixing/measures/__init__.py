@@ -16,6 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mixscope.choices import (
+    ALL_GROUPS,
+    DEFAULT_MEASURE_GROUPS,
+    MEASURE_GROUPS,
+    parse_measure_groups,
+)
 from mixscope.errors import SpecError
 from mixscope.mixing.measures import ff, globenc, paper, sink
 from mixscope.mixing.measures.base import Column, MeasureGroup
@@ -27,10 +33,12 @@ if TYPE_CHECKING:
 GROUPS: dict[str, MeasureGroup] = {
     g.name: g for g in (paper.GROUP, globenc.GROUP, sink.GROUP, ff.GROUP)
 }
+if tuple(GROUPS) != MEASURE_GROUPS:  # pragma: no cover - caught by any test run
+    raise ImportError(f"choices.MEASURE_GROUPS {MEASURE_GROUPS} != the registry {tuple(GROUPS)}")
 #: what a job computes when it names no groups (runs written before groups existed)
-DEFAULT_GROUPS = ("paper",)
+DEFAULT_GROUPS = DEFAULT_MEASURE_GROUPS
 #: the selection word for every group that applies to the model
-ALL = "all"
+ALL = ALL_GROUPS
 
 
 def all_columns() -> tuple[Column, ...]:
@@ -60,24 +68,8 @@ def group_of(measure: str) -> str:
     raise KeyError(measure)
 
 
-def parse_names(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    """``"paper,sink"``, ``["paper", "sink"]`` or None → the names, checked against the
-    registry (``all`` kept as it is); duplicates dropped, registry order. A bad name is a
-    :class:`~mixscope.errors.SpecError` (exit 2 from the CLI)."""
-    if value is None:
-        return DEFAULT_GROUPS
-    items = [value] if isinstance(value, str) else list(value)
-    wanted = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
-    if not wanted:
-        raise SpecError(f"measures: name at least one group ({', '.join(GROUPS)}) or all")
-    unknown = [n for n in wanted if n != ALL and n not in GROUPS]
-    if unknown:
-        raise SpecError(
-            f"measures: unknown group {unknown[0]!r}; groups: {', '.join(GROUPS)}, or all"
-        )
-    if ALL in wanted:
-        return (ALL,)
-    return tuple(n for n in GROUPS if n in wanted)
+#: names → groups (the closed set and the parsing live in choices.py, for config/)
+parse_names = parse_measure_groups
 
 
 @dataclass(frozen=True)
