@@ -25,6 +25,7 @@ demo: install
 # every tier (fast, slow, e2e); the reliability matrix table is rewritten from this run
 test: install
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "" --reliability-report=docs/reliability.md
 

@@ -149,7 +149,7 @@ def memory_cuda(args: argparse.Namespace, loaded: Any, engine: Any) -> list[dict
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def main(argv: list[str] | None = None) -> dict[str, Any]:  # noqa: C901 - a script's steps
     """Forward vs engine vs analyze and peak memory vs n for one random decoder config."""
     args = parse_args(argv)
     if args.memory_child:

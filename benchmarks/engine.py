@@ -108,7 +108,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def main(argv: list[str] | None = None) -> dict[str, Any]:  # noqa: C901 - a script's steps
     args = parse_args(argv)
     if args.decoder is not None:  # pre-LN decoders: decoder.py, with the same arguments
         import decoder

@@ -34,3 +34,40 @@ def test_splicing_replaces_only_the_marked_body(tmp_path):
     assert changed == ["x"] and tool.spliced(new, tmp_path)[1] == []
     with pytest.raises(SystemExit, match="bench:y has no"):
         tool.spliced("<!-- bench:y -->\n<!-- /bench:y -->", tmp_path)
+
+
+def _commands(group, prefix=()) -> list[str]:
+    """Every command path of a Click group: ``run``, ``checkpoints sync``, …"""
+    import click
+
+    out = []
+    for name, cmd in group.commands.items():
+        path = (*prefix, name)
+        out.append(" ".join(path))
+        if isinstance(cmd, click.Group):
+            out += _commands(cmd, path)
+    return out
+
+
+def test_every_command_and_named_query_is_in_the_readme():
+    from mixscope.cli import main
+    from mixscope.sql.named import all_queries
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    missing = [c for c in _commands(main) if f"mixscope {c}" not in readme]
+    assert not missing, f"commands the README never shows: {missing}"
+    missing = [q for q in all_queries() if f"`{q}`" not in readme]
+    assert not missing, f"named queries the README never names: {missing}"
+
+
+def test_every_docs_path_cited_in_the_package_exists():
+    import re
+
+    cited = {
+        m
+        for p in (REPO / "src").rglob("*.py")
+        for m in re.findall(r"docs/[\w./-]+\.md", p.read_text(encoding="utf-8"))
+    }
+    assert cited, "no docs/ path cited at all: the pattern is wrong"
+    missing = sorted(c for c in cited if not (REPO / c).is_file())
+    assert not missing, f"docs cited in the package but absent: {missing}"

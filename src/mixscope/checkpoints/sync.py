@@ -57,7 +57,7 @@ def _run(spec: JobSpec, submit_address: str | None, show_progress: bool) -> tupl
     if submit_address:
         from mixscope.runtime.submit import submit_job
 
-        code = submit_job(spec, address=submit_address, wait=True, echo=lambda *a, **k: None)
+        code = submit_job(spec, address=submit_address, wait=True, echo=lambda *_a, **_k: None)
         return ("complete", "") if code == 0 else ("failed", "the Ray job did not succeed")
     from mixscope.runtime.driver import run_job
 
@@ -66,7 +66,7 @@ def _run(spec: JobSpec, submit_address: str | None, show_progress: bool) -> tupl
     return summary.status, error
 
 
-def sync_pass(
+def sync_pass(  # noqa: C901 - one pass of the protocol, step by step; issue 28 splits the plan out
     base: JobSpec,
     *,
     source: str,
@@ -74,7 +74,7 @@ def sync_pass(
     retry_failed: bool = False,
     submit_address: str | None = None,
     show_progress: bool = False,
-    log: Callable[[str], None] = lambda s: None,
+    log: Callable[[str], None] = lambda _s: None,
     now: Callable[[], float] = time.time,
 ) -> SyncReport:
     ck = base.checkpoints

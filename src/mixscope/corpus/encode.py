@@ -152,12 +152,6 @@ def encode_documents(
     return out
 
 
-def length_sorted_batches(seqs: Sequence[EncodedSequence], batch_size: int) -> list[list[int]]:
-    """Indices of ``seqs`` grouped into batches of similar length (less padding)."""
-    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
-
 def pad_offsets(lengths: Sequence[int], padding_side: str = "right") -> list[int]:
     """Where each sequence starts in its padded row (0 for right padding)."""
     if padding_side not in ("left", "right"):

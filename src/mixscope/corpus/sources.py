@@ -16,7 +16,6 @@ from typing import Any
 
 from mixscope.errors import MixscopeError
 
-TEXT_SUFFIXES = (".txt", ".text", ".raw", ".tokens")
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}

@@ -18,9 +18,6 @@ from collections.abc import Sequence
 
 from mixscope.corpus.plan import Shard
 
-#: runtime ordering names (``benchmarks/elastic.py`` compares them)
-ORDERS = ("plan", "largest_first")
-
 
 def shard_sizes(shards: Sequence[Shard]) -> dict[int, float]:
     """shard_id → estimated work (bytes of its range, else documents × the mean bytes)."""

@@ -274,7 +274,7 @@ def _refuse_damaged(layout: Layout, run_ids: list[str]) -> None:
             )
 
 
-def connect(
+def connect(  # noqa: C901 - each branch one optional view, in order
     root: str,
     *,
     run_ids: list[str] | None = None,

@@ -34,8 +34,6 @@ import pyarrow.fs as pafs
 from mixscope.errors import MixscopeError
 from mixscope.store.atomic import temp_name
 
-KINDS = ("tokens", "documents")  # per-shard data; the statistics kinds are store.schema.STATS
-
 
 def open_root(root: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and base path for a local path or URI (s3://, gs://, …)."""

@@ -283,7 +283,7 @@ class _BestEffortStore:
     def __init__(self, layout: Any) -> None:
         self.layout = layout
 
-    def get(self, uri: str, path: str) -> tuple[bytes, str] | None:
+    def get(self, uri: str, path: str) -> tuple[bytes, str] | None:  # noqa: ARG002 - objectstore's
         import hashlib
 
         try:

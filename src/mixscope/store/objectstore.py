@@ -29,10 +29,6 @@ from mixscope.errors import MixscopeError
 DUCKDB_S3_ENV = "MIXSCOPE_DUCKDB_S3"
 
 
-def is_s3_uri(uri: str) -> bool:
-    return uri.lower().startswith(("s3://", "s3a://"))
-
-
 def split(path: str) -> tuple[str, str]:
     """``bucket/key`` (a pyarrow S3 path, or an s3:// URI) → (bucket, key)."""
     if "://" in path:

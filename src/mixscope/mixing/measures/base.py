@@ -85,7 +85,7 @@ class MeasureGroup:
     #: computes them only for a batch whose groups read them)
     first_position: bool = False
 
-    def unsupported(self, adapter: Adapter) -> str | None:
+    def unsupported(self, adapter: Adapter) -> str | None:  # noqa: ARG002 - the contract
         """Why the group does not apply to this architecture; None when it does."""
         return None
 
