@@ -136,3 +136,19 @@ def test_float32_agrees_with_float64(tiny):
     diff = np.abs(out[torch.float32] - out[torch.float64]).max()
     print(f"float32 vs float64: {diff:.2e}")
     assert diff < 1e-4
+
+
+def test_the_bias_free_shortcut_changes_no_number(tiny, monkeypatch):
+    """Mistral has no b_O, β or b₁: its FF's context part is the real output minus the own
+    part (one W₂ pass fewer); forced through the general path it gives the same values."""
+    from mixscope.mixing import engine as engine_module
+    from mixscope.mixing.engine import MixingEngine
+    from mixscope.models.loading import load
+
+    model, tok = tiny("mistral", torch.float64)
+    assert all(p.ff.bias_free for p in MixingEngine(load((model, tok)), measures="ff").params)
+    short = mixscope.analyze((model, tok), TEXTS, measures="ff", attention="fast")
+    monkeypatch.setattr(engine_module, "_ff_bias_free", lambda *_a: False)
+    general = mixscope.analyze((model, tok), TEXTS, measures="ff", attention="fast")
+    for c in ("ff_n", "ffres_n", "ffresln_n"):
+        assert np.allclose(short[c].to_numpy(), general[c].to_numpy(), atol=1e-7), c

@@ -45,6 +45,10 @@ class FFParams:
     placement: Literal["post", "pre", "parallel"]
     #: the norm the FF reads with a parallel residual (applied to x itself); None otherwise
     input_norm: NormParams | None = None
+    #: the FF input's bias part and the input projections' biases are all zero (Llama,
+    #: Mistral: no b_O, no β, no b₁), so the bias part's FF output is zero and the others'
+    #: part is the real output minus b₂ minus the own part: one W₂ pass fewer
+    bias_free: bool = False
 
     @property
     def gated(self) -> bool:

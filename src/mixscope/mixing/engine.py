@@ -22,7 +22,7 @@ import torch
 
 from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
-from mixscope.mixing.block import BlockParams, BlockTensors, FFParams, NormParams
+from mixscope.mixing.block import BlockParams, BlockTensors, FFParams, NormParams, centre
 from mixscope.mixing.capture import BASE, Capture
 from mixscope.mixing.exactness import check_residuals
 from mixscope.mixing.fast_attention import FAST_ATTENTION, first_positions, register, release_masks
@@ -57,6 +57,18 @@ def attention_implementation(model: Any, name: str) -> Iterator[None]:
         yield
     finally:
         model.set_attn_implementation(current)
+
+
+def _ff_bias_free(ff: FFParams, n: NormParams, b_out: torch.Tensor | None) -> bool:
+    """No bias part reaches the FF: its input projections have no bias, and neither the
+    FF input's norm (β) nor, through it, the attention's output bias b_O add one."""
+    if any(bool(b.any()) for b in ff.input_biases):
+        return False
+    if ff.placement == "parallel":  # the FF input's bias part is β_in alone
+        assert ff.input_norm is not None
+        return not bool(ff.input_norm.beta.any())
+    centred = b_out is not None and bool(centre(b_out.detach().float(), n.norm_kind).any())
+    return not (centred or bool(n.beta.any()))
 
 
 class MixingEngine:
@@ -213,7 +225,10 @@ class MixingEngine:
         ff_norm = None
         if self.ff_norms:
             ff_norm = self._norm_params(self.ff_norms[idx], hidden, w_out.device)
-        ff = self._ff_params(block, hidden, w_out.device) if self._reads("ff_in") else None
+        ff = None
+        if self._reads("ff_in"):
+            ff = self._ff_params(block, hidden, w_out.device)
+            ff.bias_free = _ff_bias_free(ff, n, b_out)
         return BlockParams(
             w_out=w_out,
             b_out=b_out.detach().to(sd) if b_out is not None else torch.zeros_like(n.beta),

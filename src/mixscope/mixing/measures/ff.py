@@ -54,8 +54,10 @@ class FeedForward(MeasureGroup):
         Column("ffres_n", "FFRES-N", "#d6616b"),
         Column("ffresln_n", "FFRESLN-N", "#7b4173"),
     )
-    needs = frozenset({"block_input", "values", "attention", "attn_out", "attn_norm", "ff_in"})
-    verify_needs = frozenset({"ff_out", "ff_norm"})
+    needs = frozenset(
+        {"block_input", "values", "attention", "attn_out", "attn_norm", "ff_in", "ff_out"}
+    )
+    verify_needs = frozenset({"ff_norm"})
 
     def unsupported(self, adapter: Adapter) -> str | None:
         if not (adapter.ff_in and adapter.ff_act and adapter.ff_out):
@@ -73,13 +75,18 @@ class FeedForward(MeasureGroup):
         from mixscope.mixing.measures.paper import ATTN_SELF
         from mixscope.mixing.ratios import self_attention_vector
 
-        assert p.ff is not None and t.ff_pre is not None
+        assert p.ff is not None and t.ff_pre is not None and t.ff_out is not None
         a_self = work.shared.get(ATTN_SELF)
         if a_self is None:
             a_self = self_attention_vector(t, p)  # a_ii              [batch, seq, hidden]
         flat = lambda v: v.reshape(-1, v.shape[-1])  # noqa: E731  [tokens, ·]
         tokens = _Tokens(
-            flat(t.x), flat(t.attn_out), flat(t.z), flat(a_self), tuple(map(flat, t.ff_pre))
+            flat(t.x),
+            flat(t.attn_out),
+            flat(t.z),
+            flat(a_self),
+            tuple(map(flat, t.ff_pre)),
+            flat(t.ff_out),
         )
         count, d_ff = tokens.pre[0].shape
         out = torch.empty(len(self.columns), count, dtype=t.x.dtype, device=t.x.device)
@@ -145,6 +152,7 @@ class _Tokens:
     z: torch.Tensor  # the block norm's input                 [tokens, hidden]
     a_self: torch.Tensor  # a_ii                              [tokens, hidden]
     pre: tuple[torch.Tensor, ...]  # the FF's pre-activations [tokens, d_ff] each
+    ff_out: torch.Tensor  # the FF's real output FF(y)       [tokens, hidden]
 
     def rows(self, start: int, stop: int) -> _Tokens:
         return _Tokens(
@@ -153,6 +161,7 @@ class _Tokens:
             self.z[start:stop],
             self.a_self[start:stop],
             tuple(h[start:stop] for h in self.pre),
+            self.ff_out[start:stop],
         )
 
 
@@ -214,11 +223,14 @@ def _parts(
     # (out of place: RMSNorm's centre is the identity, and r_self is still needed)
     y_own = torch.mul(centre(r_self, p.norm_kind), p.gamma).mul_(inv_s)  # [tokens, hidden]
     own_pre = tuple(project(y_own, w, ff.transposed) for w in ff.inputs)  # [tokens, d_ff]
-    # the bias part y_bias = γ ⊙ centre(b_O) / s + β, and the others' sum by subtraction
-    context_pre = context_pre_activations(
-        ff, tok.pre, own_pre, p.gamma * centre(p.b_out, p.norm_kind), inv_s, p.beta
-    )
-    ff_own, ff_context = split_output(ff, tok.pre, [own_pre, context_pre])
+    if ff.bias_free:  # no bias part: the others' is the real output minus b₂ and the own
+        ff_own = split_output(ff, tok.pre, [own_pre])[0]
+        ff_context = torch.sub(tok.ff_out, ff.b_out.to(ff_own.dtype)).sub_(ff_own)
+    else:  # the bias part y_bias = γ ⊙ centre(b_O) / s + β; the others' sum by subtraction
+        context_pre = context_pre_activations(
+            ff, tok.pre, own_pre, p.gamma * centre(p.b_out, p.norm_kind), inv_s, p.beta
+        )
+        ff_own, ff_context = split_output(ff, tok.pre, [own_pre, context_pre])
     if ff.placement == "post":  # the residual around the FF carries the LN1 output's parts
         y_context = centre_(a_context, p.norm_kind).mul_(p.gamma).mul_(inv_s)  # in place
         return ff_own, ff_context, y_own, y_context
