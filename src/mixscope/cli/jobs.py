@@ -123,7 +123,8 @@ def submit(
     "--actors",
     "show_actors",
     is_flag=True,
-    help="Per Ray actor and node: what it does (shard, tok/s), nodes lost.",
+    help="Per Ray actor and node: what it does (shard, tok/s), nodes lost (with --json: "
+    "each run's `pool`).",
 )
 def status(
     root: str, show_shards: bool, run_ids: tuple[str, ...], as_json: bool, show_actors: bool
@@ -131,7 +132,7 @@ def status(
     """Runs under ROOT: shards done / failed / pending, rows, throughput."""
     from mixscope.runtime.status import status_document
 
-    doc = status_document(root, run_ids, show_shards)
+    doc = status_document(root, run_ids, show_shards, show_actors)
     if not doc["runs"]:
         raise MixscopeError(f"no runs under {root}")
     if as_json:
@@ -145,15 +146,14 @@ def status(
         click.echo(line)
     if show_actors:
         for r in doc["runs"]:
-            _echo_actors(root, r["run_id"])
+            _echo_actors(r["run_id"], r["pool"])
 
 
-def _echo_actors(root: str, run_id: str) -> None:
+def _echo_actors(run_id: str, state: dict[str, Any] | None) -> None:
     """The last ``actors.json`` of a run (runtime/pool_status.py) as two tables."""
     from mixscope.format import aligned_table
-    from mixscope.runtime.pool_status import pool_tables, read_pool_status
+    from mixscope.runtime.pool_status import pool_tables
 
-    state = read_pool_status(root, run_id)
     if state is None:
         click.echo(f"\nrun {run_id}: no actor pool recorded (not run on Ray)")
         return

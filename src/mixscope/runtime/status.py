@@ -146,9 +146,17 @@ def shard_status(
     return rows
 
 
-def status_document(root: str, run_ids: tuple[str, ...] = (), shards: bool = False) -> dict:
+def status_document(
+    root: str, run_ids: tuple[str, ...] = (), shards: bool = False, actors: bool = False
+) -> dict:
     """What ``status --json`` prints: ``{"format", "root", "runs": [...]}``, each run with its
-    ``shards`` when asked (every key documented in docs/status.md)."""
+    ``shards`` and its actor ``pool`` when asked (every key documented in docs/status.md).
+
+    The pool is the run's last ``actors.json`` as written (``runtime/pool_status.py``), or
+    None for a run without one (the local executor): the document carries what the
+    ``--actors`` tables show, so a script never has to parse them."""
+    from mixscope.runtime.pool_status import read_pool_status
+
     runs = [r for r in run_status(root) if not run_ids or r["run_id"] in run_ids]
     for r in runs if shards else ():
         damaged: dict[int, str] = {}  # the run's own verification: no second pass
@@ -156,6 +164,8 @@ def status_document(root: str, run_ids: tuple[str, ...] = (), shards: bool = Fal
             if d["shard"] is not None:
                 damaged.setdefault(d["shard"], d["what"])
         r["shards"] = shard_status(root, r["run_id"], damaged)
+    for r in runs if actors else ():
+        r["pool"] = read_pool_status(root, r["run_id"])
     return {"format": STATUS_FORMAT, "root": root, "runs": runs}
 
 
