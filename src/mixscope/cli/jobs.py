@@ -126,27 +126,54 @@ def submit(
     help="Per Ray actor and node: what it does (shard, tok/s), nodes lost (with --json: "
     "each run's `pool`).",
 )
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Re-hash every committed file against the sha256 of its commit or consolidation "
+    "record; exit 1 naming each damaged shard or generation (`run --repair` redoes them).",
+)
+@click.option("--no-progress", is_flag=True, help="No progress while --verify hashes.")
 def status(
-    root: str, show_shards: bool, run_ids: tuple[str, ...], as_json: bool, show_actors: bool
+    root: str,
+    show_shards: bool,
+    run_ids: tuple[str, ...],
+    as_json: bool,
+    show_actors: bool,
+    verify: bool,
+    no_progress: bool,
 ) -> None:
     """Runs under ROOT: shards done / failed / pending, rows, throughput."""
     from mixscope.runtime.status import status_document
 
-    doc = status_document(root, run_ids, show_shards, show_actors)
+    doc = status_document(
+        root, run_ids, show_shards, show_actors, verify=verify, progress=not no_progress
+    )
     if not doc["runs"]:
         raise MixscopeError(f"no runs under {root}")
     if as_json:
         import json
 
         click.echo(json.dumps(doc, indent=2))
-        return
-    from mixscope.runtime.status import status_tables
+    else:
+        from mixscope.runtime.status import status_tables
 
-    for line in status_tables(doc):
-        click.echo(line)
-    if show_actors:
-        for r in doc["runs"]:
-            _echo_actors(r["run_id"], r["pool"])
+        for line in status_tables(doc):
+            click.echo(line)
+        if show_actors:
+            for r in doc["runs"]:
+                _echo_actors(r["run_id"], r["pool"])
+    if verify:
+        _verify_verdict(doc)
+
+
+def _verify_verdict(doc: dict[str, Any]) -> None:
+    """``status --verify``'s last line (stderr); exit 1 when anything is damaged."""
+    from mixscope.runtime.status import verify_summary
+
+    text, damaged = verify_summary(doc)
+    click.echo(text, err=True)
+    if damaged:
+        sys.exit(1)
 
 
 def _echo_actors(run_id: str, state: dict[str, Any] | None) -> None:
