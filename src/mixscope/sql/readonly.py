@@ -12,6 +12,15 @@ from typing import Any
 from mixscope.errors import MixscopeError, first_line
 
 
+class SqlError(MixscopeError):
+    """A DuckDB error as one line; ``cause`` the error itself, so a caller can tell a read
+    failure of a damaged file (``store/unreadable.py``) from a mistake in the query."""
+
+    def __init__(self, message: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 def check_read_only(sql: str) -> None:
     import duckdb
 
@@ -37,8 +46,8 @@ def execute(con: Any, sql: str, params: dict[str, Any] | None = None) -> Any:
     try:
         return con.execute(sql, params or None)
     except duckdb.Error as exc:
-        raise MixscopeError(
-            missing_measure(con, str(exc)) or f"SQL error: {first_line(exc)}"
+        raise SqlError(
+            missing_measure(con, str(exc)) or f"SQL error: {first_line(exc)}", exc
         ) from None
 
 
