@@ -41,8 +41,9 @@ def _print_summary(summary: Any) -> None:
 @click.option(
     "--repair",
     is_flag=True,
-    help="Check every committed file against its commit record (size and sha256) and "
-    "redo exactly the shards whose results were deleted, truncated or changed.",
+    help="Check every committed file against its commit record (size and sha256, as "
+    "`status --verify`) and redo exactly the shards whose results were deleted, truncated "
+    "or changed (a damaged statistics generation: the shards it covers).",
 )
 def run(
     job: str | None, sets: tuple[str, ...], no_progress: bool, repair: bool, **flags: Any
