@@ -207,7 +207,9 @@ class ByteProgress:
         import threading
 
         self.total, self.label, self.enabled = total, label, enabled
-        self.interval = interval_from_env() if interval is None else interval
+        if interval is None:  # a bad variable fails only where progress is shown
+            interval = interval_from_env() if enabled else 0.0
+        self.interval = interval
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
         self.start = self.last_line = clock()

@@ -9,16 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixscope.errors import MixscopeError, first_line
-
-
-class SqlError(MixscopeError):
-    """A DuckDB error as one line; ``cause`` the error itself, so a caller can tell a read
-    failure of a damaged file (``store/unreadable.py``) from a mistake in the query."""
-
-    def __init__(self, message: str, cause: BaseException) -> None:
-        super().__init__(message)
-        self.cause = cause
+from mixscope.errors import MixscopeError, SqlError, first_line
 
 
 def check_read_only(sql: str) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 
-from mixscope.errors import MixscopeError, first_line
+from mixscope.errors import MixscopeError, SqlError, first_line
 from mixscope.store.layout import Layout
 from mixscope.store.verify import THREADS, Committed, hash_files, promised
 
@@ -52,8 +52,6 @@ def read_failure(exc: BaseException) -> bool:
     """Could ``exc`` come from reading a damaged Parquet file?"""
     import duckdb
     import pyarrow as pa
-
-    from mixscope.sql.readonly import SqlError
 
     if isinstance(exc, SqlError):
         exc = exc.cause
