@@ -79,12 +79,13 @@ def explain(layout: Layout, run_ids: list[str] | None, exc: BaseException) -> st
     """The one line for ``exc``, a read failure, naming the damaged committed file; None
     when every committed file is as its record says (not damage)."""
     runs = run_ids if run_ids is not None else layout.list_dirs(layout.runs_dir())
-    message = first_line(getattr(exc, "cause", None) or exc)
+    cause = getattr(exc, "cause", None) or exc
+    text, message = str(cause), first_line(cause)  # the whole to search, a line to show
     files = [
         (run_id, c) for run_id in runs for c in _ordered(promised(layout, run_id).files(layout))
     ]
     verify = f"`mixscope status {layout.root} --verify` checks every committed file"
-    named = [(r, c) for r, c in files if c.path in message or layout.uri(c.path) in message]
+    named = [(r, c) for r, c in files if c.path in text or layout.uri(c.path) in text]
     probe = named or files
     budget = PROBE_BYTES if not named else None
     for start in range(0, len(probe), THREADS):
