@@ -86,3 +86,58 @@ def content_hash(root: str) -> tuple[int, str]:
         rows = con.execute(f"SELECT * FROM {view} ORDER BY ALL").fetchall()
         digest.update(repr(rows).encode())
     return table.num_rows, digest.hexdigest()
+
+
+def duckdb_read(path: str) -> None:
+    """Every value of one Parquet file, through DuckDB (what the views read with)."""
+    import duckdb
+
+    duckdb.connect().execute(f"SELECT * FROM read_parquet('{path}')").fetchall()
+
+
+def arrow_read(path: str) -> None:
+    """Every value of one Parquet file, through pyarrow (what the report's example reads)."""
+    import pyarrow.parquet as pq
+
+    pq.read_table(path)
+
+
+def flip_unreadable(
+    path: Path, read=duckdb_read, *, names_file: bool | None = None, column: str | None = None
+) -> int:
+    """One bit flipped in the first byte (after the magic number; within ``column``'s
+    chunk when given: a byte the query at hand reads) whose change makes ``read(path)``
+    fail — and, with ``names_file`` given, fail with an error that does (or does not) name
+    the file; the byte's position. Same bytes, same byte: deterministic. (A flip elsewhere
+    may change a value without any error: only ``status --verify`` sees those, and
+    ``flip_byte`` makes one.)"""
+    data = path.read_bytes()
+    positions = range(4, len(data) - 8)
+    if column is not None:
+        import pyarrow.parquet as pq
+
+        meta = pq.ParquetFile(path).metadata.row_group(0)
+        names = [meta.column(i).path_in_schema for i in range(meta.num_columns)]
+        chunk = meta.column(next(i for i, n in enumerate(names) if n.split(".")[0] == column))
+        start = chunk.dictionary_page_offset or chunk.data_page_offset
+        positions = range(start, start + chunk.total_compressed_size)
+    for pos in positions:
+        flip_byte(path, pos, data)
+        try:
+            read(str(path))
+        except Exception as exc:
+            if names_file is None or (str(path) in str(exc)) == names_file:
+                return pos
+    path.write_bytes(data)
+    raise AssertionError(f"no single flipped byte makes {path} unreadable")
+
+
+def flip_byte(path: Path, pos: int | None = None, data: bytes | None = None) -> int:
+    """``path`` with one bit of byte ``pos`` (default: the middle one) flipped; the size
+    stays, so only the sha256 can tell. ``data``: the file's original bytes."""
+    data = path.read_bytes() if data is None else data
+    pos = len(data) // 2 if pos is None else pos
+    changed = bytearray(data)
+    changed[pos] ^= 0x10
+    path.write_bytes(bytes(changed))
+    return pos

@@ -92,3 +92,44 @@ def test_status_actors_shows_the_pool_of_a_run(tmp_path):
     result = CliRunner().invoke(main, ["status", str(tmp_path), "--actors"])
     assert result.exit_code != 0 and "no runs" in result.output
     json.dumps(state)
+
+
+def test_status_json_actors_carries_the_pool_of_each_run(tmp_path):
+    """``status --json --actors``: each run's ``pool`` is its ``actors.json`` (actors, nodes,
+    requested bundles, lost nodes), None for a run without one; without ``--actors`` the
+    document has no ``pool`` and the tables still print from the same state."""
+    from mixscope.cli import main
+    from mixscope.runtime.pool_status import FILE
+    from mixscope.store.layout import Layout
+
+    layout = Layout.open(str(tmp_path))
+    for run_id in ("r1", "r2"):
+        record = {"run_id": run_id, "status": "complete", "shards_total": 0}
+        layout.write_json(f"{layout.run_dir(run_id)}/run.json", record)
+    state = {
+        "ray_start_s": 1.5,
+        "first_actor_ready_s": 4.0,
+        "requested_bundles": 3,
+        "actors": [
+            {"actor": "a1", "node": "node-one", "state": "busy", "shard": 3, "shards": 2,
+             "tokens": 500, "tok/s": 250, "start_s": 4.0, "load_s": 1.0, "error": ""},
+        ],
+        "nodes": [{"node": "node-two", "address": "10.0.0.2", "alive": False, "actors": 1,
+                   "actor_deaths": 2, "lost": "gave up after 2 actor deaths"}],
+        "lost_nodes": ["node-two"],
+    }  # fmt: skip
+    layout.write_json(f"{layout.run_dir('r1')}/{FILE}", state)
+
+    result = CliRunner().invoke(main, ["status", str(tmp_path), "--json", "--actors"])
+    assert result.exit_code == 0, result.output
+    pools = {r["run_id"]: r["pool"] for r in json.loads(result.stdout)["runs"]}
+    assert pools == {"r1": state, "r2": None}
+    assert pools["r1"]["requested_bundles"] == 3 and pools["r1"]["lost_nodes"] == ["node-two"]
+    assert pools["r1"]["actors"][0]["shard"] == 3 and pools["r1"]["nodes"][0]["actor_deaths"] == 2
+
+    plain = CliRunner().invoke(main, ["status", str(tmp_path), "--json"])
+    assert plain.exit_code == 0 and all("pool" not in r for r in json.loads(plain.stdout)["runs"])
+    tables = CliRunner().invoke(main, ["status", str(tmp_path), "--actors", "--run", "r1"])
+    assert tables.exit_code == 0, tables.output
+    assert "asking the autoscaler for 3 bundles" in tables.output
+    assert "r1 node node-two lost" in tables.output and "node-one" in tables.output

@@ -82,5 +82,10 @@ def test_a_commit_record_without_a_key_is_damage_not_a_crash(tmp_path):
     (row,) = run_status(str(tmp_path))
     assert row["done"] == 0 and row["pending"] == 1
     assert row["damaged"] == [
-        {"shard": 0, "generation": None, "what": "commit record unreadable (truncated?)"}
+        {
+            "shard": 0,
+            "generation": None,
+            "what": "commit record unreadable (truncated?)",
+            "file": "_mixscope/runs/r1/commits/000000.json",
+        }
     ]

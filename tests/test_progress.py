@@ -20,7 +20,13 @@ import pytest
 from mixscope.errors import MixscopeError
 from mixscope.runtime.driver import run_job
 from mixscope.runtime.faults import ENV as FAULTS
-from mixscope.runtime.progress import INTERVAL_ENV, Progress, duration, interval_from_env
+from mixscope.runtime.progress import (
+    INTERVAL_ENV,
+    ByteProgress,
+    Progress,
+    duration,
+    interval_from_env,
+)
 from run_helpers import job_spec
 
 
@@ -99,6 +105,33 @@ def test_final_line_once_and_no_line_for_nothing_done():
     q.shard_failed(1, "boom")
     q.close()
     assert idle.getvalue() == "" and off.getvalue() == ""
+
+
+def test_bytes_hashed_one_line_per_interval_and_none_for_a_quick_pass():
+    """``status --verify`` hashing a large root: a line per interval with the bytes, rate
+    and ETA, a last one at the end; a root hashed within the interval prints nothing."""
+    clock, out = Clock(), io.StringIO()
+    p = ByteProgress(4_000_000_000, "verify R", interval=10, stream=out, clock=clock)
+    clock.t = 105
+    p.read(1_000_000_000)  # within the interval: no line
+    clock.t = 110
+    p.read(1_000_000_000)
+    clock.t = 120
+    p.read(2_000_000_000)
+    p.close()
+    assert out.getvalue().splitlines() == [
+        "mixscope: verify R: 2.0 GB of 4.0 GB (200.0 MB/s), ETA 10s",
+        "mixscope: verify R: 4.0 GB of 4.0 GB (200.0 MB/s), ETA 0s",
+    ]
+    quick = io.StringIO()
+    q = ByteProgress(1000, "verify R", interval=10, stream=quick, clock=clock)
+    q.read(1000)
+    q.close()
+    off = io.StringIO()
+    r = ByteProgress(1000, "verify R", enabled=False, interval=0, stream=off, clock=clock)
+    r.read(10)
+    r.close()
+    assert quick.getvalue() == "" and off.getvalue() == ""
 
 
 def test_interval_from_the_environment(monkeypatch):

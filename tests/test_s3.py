@@ -210,6 +210,48 @@ def test_rerun_on_s3_resumes_and_writes_nothing(roots, tiny_bert_dir):
     assert _counts(roots["s3"]) == _counts(roots["local"])
 
 
+def test_scrub_on_s3_finds_names_and_repairs_a_flipped_byte(roots, tiny_bert_dir, tmp_path):
+    """``status --verify`` over ``s3://``: a detail object with one flipped byte (same
+    size: the plain status cannot tell) is named with its shard, exit 1; SQL that reads it
+    fails on one line naming it; ``run --repair`` redoes that shard alone and the answers
+    equal the local root's."""
+    from run_helpers import flip_unreadable
+
+    client, bucket = roots["client"], roots["bucket"]
+    for key in objects(client, bucket, "results/run-a/"):  # a copy: the fixture stays clean
+        dest = key.replace("results/run-a/", "results/scrub/", 1)
+        client.copy_object(Bucket=bucket, Key=dest, CopySource={"Bucket": bucket, "Key": key})
+    root = f"s3://{bucket}/results/scrub"
+    layout = Layout.open(root)
+    (run_id,) = layout.list_dirs(layout.runs_dir())
+    shard = max(manifest.commits(layout, run_id))
+    rel = manifest.commits(layout, run_id)[shard].files["tokens"].path
+    local = tmp_path / "part.parquet"
+    local.write_bytes(client.get_object(Bucket=bucket, Key=f"results/scrub/{rel}")["Body"].read())
+    flip_unreadable(local, names_file=False)
+    client.put_object(Bucket=bucket, Key=f"results/scrub/{rel}", Body=local.read_bytes())
+
+    assert CliRunner().invoke(main, ["status", root]).exit_code == 0  # sizes match
+    verified = CliRunner().invoke(main, ["status", root, "--verify", "--json", "--no-progress"])
+    assert verified.exit_code == 1, verified.output
+    (run,) = json.loads(verified.stdout)["runs"]
+    assert [(d["shard"], d["file"]) for d in run["damaged"]] == [(shard, rel)]
+    assert f"run {run_id}: shard {shard}" in verified.stderr
+    result = CliRunner().invoke(main, ["sql", root, "SELECT * FROM tokens"])
+    assert result.exit_code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"Error: cannot read {rel} (shard {shard} of run {run_id})")
+    assert f"mixscope status {root} --verify" in line
+
+    repaired = run_job(_spec(tiny_bert_dir, root), repair=True)
+    assert repaired.status == "complete" and repaired.shards_done - repaired.shards_skipped == 1
+    again = CliRunner().invoke(main, ["status", root, "--verify", "--no-progress"])
+    assert again.exit_code == 0, again.output
+    assert _counts(root) == _counts(roots["local"])
+    sql = "SELECT layer, avg(attnres_n), sum(position) FROM tokens GROUP BY layer ORDER BY 1"
+    assert connect(root).execute(sql).fetchall() == connect(roots["local"]).execute(sql).fetchall()
+
+
 def test_corpus_read_from_s3_is_the_same_corpus(s3, roots, tiny_bert_dir, tmp_path):
     _, client = s3
     bucket = roots["bucket"]

@@ -15,6 +15,16 @@ class SpecError(MixscopeError):
     exit_code = 2
 
 
+class SqlError(MixscopeError):
+    """A DuckDB error as one line (``sql/readonly.py``); ``cause`` the error itself, so a
+    caller can tell a read failure of a damaged file (``store/unreadable.py``) from a
+    mistake in the query."""
+
+    def __init__(self, message: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class UnsupportedArchitectureError(MixscopeError):
     """The model's family has no adapter."""
 

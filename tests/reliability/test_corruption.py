@@ -85,3 +85,114 @@ def test_corruption_is_reported_refused_and_repaired(case, tiny_bert_dir, tmp_pa
     assert repaired.shards_skipped == summary.shards_total - len(redo)
     assert run_status(str(root))[0]["damaged"] == []
     assert content_hash(str(root)) == clean_hash
+
+
+# -- the scrub: one flipped byte (issue 29) -------------------------------------------------
+
+FLIPS = ["detail file", "documents file", "statistics partial", "generation"]
+
+
+@pytest.fixture(scope="module")
+def partial_root(tiny_bert_dir, tmp_path_factory):
+    """(root, run id) of the demo job whose driver died (exit 137) before shard 7's commit,
+    in plan order: the shards before it committed, their statistics still per-shard
+    partials (no consolidation ran: it does every 32 commits and at a run's end)."""
+    import json
+
+    from run_helpers import driver_process
+
+    out = tmp_path_factory.mktemp("partials") / "out"
+    fault = {"crash_before_commit": {"shard": 7, "once": str(out.parent / "m")}}
+    args = [*cli_args(tiny_bert_dir, out), "--set", "runtime.shard_order=plan"]
+    proc = driver_process(args, {"MIXSCOPE_FAULTS": json.dumps(fault)})
+    proc.wait(timeout=300)
+    assert proc.returncode == 137
+    layout = Layout.open(str(out))
+    (run_id,) = layout.list_dirs(layout.runs_dir())
+    assert latest(layout, run_id).generation == 0 and 0 in manifest.commits(layout, run_id)
+    return str(out), run_id
+
+
+def _documents(root: str) -> list[dict]:
+    """Every committed documents row, by doc_id."""
+    layout = Layout.open(root)
+    rows = []
+    for path in manifest.committed_files(layout, "documents"):
+        rows += layout.read_table(path).to_pylist()
+    return sorted(rows, key=lambda r: r["doc_id"])
+
+
+def _flip(layout: Layout, run_id: str, case: str) -> tuple[Path, set[int], list[str]]:
+    """One unreadable byte in the case's file; (the file, the shards a repair must redo,
+    the command that reads it)."""
+    from run_helpers import arrow_read, flip_unreadable
+
+    commits = manifest.commits(layout, run_id)
+    root = layout.root
+    if case == "detail file":
+        path = Path(layout.absolute(commits[2].files["tokens"].path))
+        flip_unreadable(path, names_file=False)  # DuckDB's riddle, no file named
+        return path, {2}, ["sql", root, "SELECT * FROM tokens"]
+    if case == "documents file":
+        path = Path(layout.absolute(commits[5].files["documents"].path))
+        flip_unreadable(path, arrow_read)  # read by the report's example
+        return path, {5}, ["report", root, "-o", str(Path(root).parent / "r.html")]
+    if case == "statistics partial":
+        path = Path(layout.absolute(commits[1].files["token_stats"].path))
+        assert "/_partial/" in str(path)
+        flip_unreadable(path, column="token_id")
+        return path, {1}, ["query", root, "top_tokens"]
+    gen = latest(layout, run_id)
+    path = Path(layout.absolute(gen.files["layer_stats"]["path"]))
+    flip_unreadable(path, column="layer")
+    return path, set(gen.shards), ["query", root, "layer_profile"]
+
+
+@pytest.mark.scenario(
+    "One flipped byte in a committed file (the scrub)",
+    injected="after the commit, one bit of one byte of the file named in the test id "
+    "(size unchanged; a byte its reader fails on); the statistics partial in a run whose "
+    "driver died before its last commit",
+    checked="plain `status` sees nothing (same size); `status --verify` exits 1 naming the "
+    "shard (or generation) and the file; sql / query / report fail on one line naming the "
+    "file and pointing at `status --verify`; `run --repair` redoes exactly that shard (a "
+    "generation: the shards it covers); then `status --verify` passes and detail, "
+    "statistics and documents equal a clean run",
+)
+@pytest.mark.parametrize("case", FLIPS)
+def test_flipped_byte_is_found_named_and_repaired(
+    case, tiny_bert_dir, tmp_path, clean_run, request
+):
+    summary, clean_root, clean_hash = clean_run
+    source, run_id = (
+        request.getfixturevalue("partial_root")
+        if case == "statistics partial"
+        else (clean_root, summary.run_id)
+    )
+    root = tmp_path / "root"
+    shutil.copytree(source, root)
+    layout = Layout.open(str(root))
+    committed = set(manifest.commits(layout, run_id))
+    path, redo, reader = _flip(layout, run_id, case)
+    rel = layout.relative(str(path))
+
+    assert run_status(str(root))[0]["damaged"] == []  # same size: only the hash can tell
+    found = CliRunner().invoke(main, ["status", str(root), "--verify", "--no-progress"])
+    assert found.exit_code == 1, found.output
+    owner = "statistics generation 1" if case == "generation" else f"shard {min(redo)}"
+    assert f"{run_id} DAMAGED {owner}: " in found.stdout and rel in found.stdout
+    assert f"run {run_id}: {owner}" in found.stderr.strip().splitlines()[-1]
+    read = CliRunner().invoke(main, reader)
+    assert read.exit_code == 1, read.output
+    (line,) = read.stderr.strip().splitlines()
+    assert line.startswith(f"Error: cannot read {rel} ({owner} of run {run_id})"), line
+    assert f"mixscope status {root} --verify" in line
+
+    repaired = run_job(job_spec(tiny_bert_dir, root), show_progress=False, repair=True)
+    assert repaired.status == "complete"
+    assert repaired.shards_skipped == len(committed - redo)  # exactly those (+ the pending)
+    assert len(manifest.commits(layout, run_id)) == summary.shards_total
+    clean = CliRunner().invoke(main, ["status", str(root), "--verify", "--no-progress"])
+    assert clean.exit_code == 0, clean.output
+    assert content_hash(str(root)) == clean_hash
+    assert _documents(str(root)) == _documents(clean_root)

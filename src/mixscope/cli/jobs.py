@@ -41,8 +41,9 @@ def _print_summary(summary: Any) -> None:
 @click.option(
     "--repair",
     is_flag=True,
-    help="Check every committed file against its commit record (size and sha256) and "
-    "redo exactly the shards whose results were deleted, truncated or changed.",
+    help="Check every committed file against its commit record (size and sha256, as "
+    "`status --verify`) and redo exactly the shards whose results were deleted, truncated "
+    "or changed (a damaged statistics generation: the shards it covers).",
 )
 def run(
     job: str | None, sets: tuple[str, ...], no_progress: bool, repair: bool, **flags: Any
@@ -123,37 +124,64 @@ def submit(
     "--actors",
     "show_actors",
     is_flag=True,
-    help="Per Ray actor and node: what it does (shard, tok/s), nodes lost.",
+    help="Per Ray actor and node: what it does (shard, tok/s), nodes lost (with --json: "
+    "each run's `pool`).",
 )
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Re-hash every committed file against the sha256 of its commit or consolidation "
+    "record; exit 1 naming each damaged shard or generation (`run --repair` redoes them).",
+)
+@click.option("--no-progress", is_flag=True, help="No progress while --verify hashes.")
 def status(
-    root: str, show_shards: bool, run_ids: tuple[str, ...], as_json: bool, show_actors: bool
+    root: str,
+    show_shards: bool,
+    run_ids: tuple[str, ...],
+    as_json: bool,
+    show_actors: bool,
+    verify: bool,
+    no_progress: bool,
 ) -> None:
     """Runs under ROOT: shards done / failed / pending, rows, throughput."""
     from mixscope.runtime.status import status_document
 
-    doc = status_document(root, run_ids, show_shards)
+    doc = status_document(
+        root, run_ids, show_shards, show_actors, verify=verify, progress=not no_progress
+    )
     if not doc["runs"]:
         raise MixscopeError(f"no runs under {root}")
     if as_json:
         import json
 
         click.echo(json.dumps(doc, indent=2))
-        return
-    from mixscope.runtime.status import status_tables
+    else:
+        from mixscope.runtime.status import status_tables
 
-    for line in status_tables(doc):
-        click.echo(line)
-    if show_actors:
-        for r in doc["runs"]:
-            _echo_actors(root, r["run_id"])
+        for line in status_tables(doc):
+            click.echo(line)
+        if show_actors:
+            for r in doc["runs"]:
+                _echo_actors(r["run_id"], r["pool"])
+    if verify:
+        _verify_verdict(doc)
 
 
-def _echo_actors(root: str, run_id: str) -> None:
+def _verify_verdict(doc: dict[str, Any]) -> None:
+    """``status --verify``'s last line (stderr); exit 1 when anything is damaged."""
+    from mixscope.runtime.status import verify_summary
+
+    text, damaged = verify_summary(doc)
+    click.echo(text, err=True)
+    if damaged:
+        sys.exit(1)
+
+
+def _echo_actors(run_id: str, state: dict[str, Any] | None) -> None:
     """The last ``actors.json`` of a run (runtime/pool_status.py) as two tables."""
     from mixscope.format import aligned_table
-    from mixscope.runtime.pool_status import pool_tables, read_pool_status
+    from mixscope.runtime.pool_status import pool_tables
 
-    state = read_pool_status(root, run_id)
     if state is None:
         click.echo(f"\nrun {run_id}: no actor pool recorded (not run on Ray)")
         return

@@ -35,8 +35,9 @@ def _emit(cur: Any, fmt: str, output: str | None) -> None:
         click.echo(f"wrote {output}", err=True)
 
 
-def _repl(con: Any, fmt: str) -> None:
+def _repl(con: Any, fmt: str, root: str, run_ids: tuple[str, ...]) -> None:
     from mixscope.sql.readonly import execute
+    from mixscope.store.unreadable import naming_unreadable
 
     click.echo(
         "mixscope SQL (read-only). Views: tokens, runs, frequencies, measures. "
@@ -55,7 +56,8 @@ def _repl(con: Any, fmt: str) -> None:
             continue
         statement, buffer = "\n".join(buffer), []
         try:
-            _emit(execute(con, statement), fmt, None)
+            with naming_unreadable(root, run_ids):
+                _emit(execute(con, statement), fmt, None)
         except MixscopeError as exc:
             click.echo(f"Error: {exc}", err=True)
 
@@ -81,15 +83,19 @@ def sql(
     Example:
       mixscope sql results/ "SELECT layer, avg(attnresln_n) FROM tokens GROUP BY layer ORDER BY 1"
     """
-    con = _connect(root, run_ids, threads, memory_limit)
+    from mixscope.store.unreadable import naming_unreadable
+
+    with naming_unreadable(root, run_ids):  # a damaged file: one line naming it
+        con = _connect(root, run_ids, threads, memory_limit)
     if statement is None:
         if sys.stdin.isatty():
-            _repl(con, fmt)
+            _repl(con, fmt, root, run_ids)
             return
         statement = sys.stdin.read()
     from mixscope.sql.readonly import execute
 
-    _emit(execute(con, statement), fmt, output)
+    with naming_unreadable(root, run_ids):
+        _emit(execute(con, statement), fmt, output)
 
 
 @click.command()
@@ -140,11 +146,13 @@ def query(
 ) -> None:
     """Run the named query NAME over ROOT (see `mixscope queries`)."""
     from mixscope.sql.named import get_query, run_query
+    from mixscope.store.unreadable import naming_unreadable
 
     get_query(name)  # unknown names fail before the views are built
     given = _params(params)
-    con = _connect(root, run_ids, threads, memory_limit)
-    _emit(run_query(con, name, given), fmt, output)
+    with naming_unreadable(root, run_ids):  # a damaged file: one line naming it
+        con = _connect(root, run_ids, threads, memory_limit)
+        _emit(run_query(con, name, given), fmt, output)
 
 
 @click.command()
@@ -169,11 +177,13 @@ def compare(root: str, run_a: str, run_b: str, by: str, fmt: str, output: str | 
       mixscope compare results/ 3f2a 9c01 --by token-type --format json
     """
     from mixscope.compare import compare_cursor, resolve_pair
+    from mixscope.store.unreadable import naming_unreadable
 
-    con = _connect(root, (), None, None)
-    pair = resolve_pair(con, root, run_a, run_b)
-    click.echo(pair.header(), err=True)
-    _emit(compare_cursor(con, pair, by), fmt, output)
+    with naming_unreadable(root):  # a damaged file: one line naming it
+        con = _connect(root, (), None, None)
+        pair = resolve_pair(con, root, run_a, run_b)
+        click.echo(pair.header(), err=True)
+        _emit(compare_cursor(con, pair, by), fmt, output)
 
 
 @click.group()

@@ -69,21 +69,23 @@ def build_report(
     from mixscope.report.layers import layer_sections, sink_section
     from mixscope.report.tables import runs_section, summary_section
     from mixscope.report.trend import trend_section
+    from mixscope.store.unreadable import naming_unreadable
 
     if fmt not in FORMATS:
         raise MixscopeError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    run_ids, compare = with_compared(root, run_ids, compare)
-    records = select_runs(root, list(run_ids) if run_ids else None)
-    rep = Report(root, records, reference)
-    runs_section(rep)
-    summary = summary_section(rep)
-    layer_sections(rep)
-    frequency_section(rep)
-    sink_section(rep)
-    component_section(rep)
-    trend_section(rep)
-    compare_section(rep, compare)
-    contributions_section(rep, examples)
+    with naming_unreadable(root):  # a damaged file: one line naming it
+        run_ids, compare = with_compared(root, run_ids, compare)
+        records = select_runs(root, list(run_ids) if run_ids else None)
+        rep = Report(root, records, reference)
+        runs_section(rep)
+        summary = summary_section(rep)
+        layer_sections(rep)
+        frequency_section(rep)
+        sink_section(rep)
+        component_section(rep)
+        trend_section(rep)
+        compare_section(rep, compare)
+        contributions_section(rep, examples)
     sections = list(rep.sections.values())
 
     if fmt == "html":

@@ -58,10 +58,13 @@ def runs_with_rows(con: Any) -> set[str]:
 def runs_with_detail(con: Any) -> set[str]:
     """Runs with per-token rows (none at all: the detail views refuse to answer)."""
     from mixscope.errors import MixscopeError
+    from mixscope.store.unreadable import read_failure
 
     try:
         return {r["run_id"] for r in rows(execute(con, "SELECT DISTINCT run_id FROM tokens"))}
-    except MixscopeError:
+    except MixscopeError as exc:
+        if read_failure(exc):  # a damaged detail file, not "no detail": build_report names it
+            raise
         return set()
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mixscope.errors import MixscopeError, first_line
+from mixscope.store.unreadable import UnreadableFileError
 
 if TYPE_CHECKING:
     from mixscope.store.run_record import RunRecord
@@ -51,12 +52,14 @@ def first_document(root: str, record: RunRecord) -> tuple[int, Any]:
     from mixscope.corpus.plan import Shard, read_shard
     from mixscope.store import manifest
     from mixscope.store.layout import Layout
+    from mixscope.store.unreadable import naming_unreadable
 
     layout = Layout.open(root)
     files = manifest.committed_files(layout, "documents", [record.run_id])
     best: dict[str, Any] | None = None
     for path in files:
-        table = layout.read_table(path).select(["doc_id", "file", "offset"])
+        with naming_unreadable(root, [record.run_id]):  # damaged: named, not swallowed
+            table = layout.read_table(path).select(["doc_id", "file", "offset"])
         if table.num_rows == 0:
             continue
         k = int(pc.index(table["doc_id"], pc.min(table["doc_id"])).as_py())
@@ -96,6 +99,8 @@ def example_for(root: str, record: RunRecord, max_tokens: int = MAX_TOKENS) -> E
             mask_rate=float(analysis.get("mask_rate") or 0.0),
             seed=int(analysis.get("seed") or 0),
         )
+    except UnreadableFileError:
+        raise  # damaged results fail the report (one line naming the file), as every query
     except Exception as exc:  # a report section, not a crash: say why
         first = first_line(exc) or type(exc).__name__
         ex.error = f"{type(exc).__name__}: {first}" if not isinstance(exc, MixscopeError) else first

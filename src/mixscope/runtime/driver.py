@@ -196,7 +196,7 @@ def run_job(spec: JobSpec, *, show_progress: bool = True, repair: bool = False) 
     try:
         prep = prepare(spec)
         with run_lock(prep.layout, prep.run_id):
-            _check_committed(prep.layout, prep.run_id, repair)
+            _check_committed(prep.layout, prep.run_id, repair, show_progress)
             return _run_locked(prep, started, show_progress)
     except OSError as exc:
         if not out_of_space(exc):
@@ -222,8 +222,18 @@ def out_of_space(exc: OSError) -> bool:
     )
 
 
-def _check_committed(layout: Layout, run_id: str, repair: bool) -> None:
-    damage = verify.check_run(layout, run_id, deep=repair)
+def _check_committed(layout: Layout, run_id: str, repair: bool, show_progress: bool) -> None:
+    """Sizes against the records on every run; with ``repair`` every byte against its
+    sha256 (a file changed in place keeps its size), with progress on a large root."""
+    from mixscope.runtime.progress import ByteProgress
+
+    promise = verify.promised(layout, run_id)
+    total = sum(max(c.bytes, 0) for c in promise.files(layout)) if repair else 0
+    bar = ByteProgress(total, f"repair: verify run {run_id}", enabled=repair and show_progress)
+    try:
+        damage = verify.check(layout, promise, deep=repair, on_bytes=bar.read)
+    finally:
+        bar.close()
     if not damage:
         return
     if not repair:

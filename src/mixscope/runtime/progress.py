@@ -179,6 +179,84 @@ class Progress:
         print(text, file=self.stream, flush=True)
 
 
+def size(n: float) -> str:
+    """``512 B``, ``3.4 MB``, ``1.2 GB`` (powers of 1000, as a bar's unit_scale shows them)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    raise AssertionError  # pragma: no cover
+
+
+class ByteProgress:
+    """Bytes read of a known total (``status --verify``, ``run --repair`` hashing every
+    committed file): a bar on a terminal, else a line at most every ``interval`` seconds
+    and a last one if any was written, so a small root prints nothing and a large one is
+    never silent for long. ``read`` may be called from several threads at once."""
+
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        enabled: bool = True,
+        interval: float | None = None,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        import threading
+
+        self.total, self.label, self.enabled = total, label, enabled
+        if interval is None:  # a bad variable fails only where progress is shown
+            interval = interval_from_env() if enabled else 0.0
+        self.interval = interval
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock
+        self.start = self.last_line = clock()
+        self.done = 0
+        self.lines = 0
+        self._printed = -1  # bytes done at the last line
+        self._lock = threading.Lock()
+        self.bar: Any = None
+        if enabled and _isatty(self.stream):
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=total, unit="B", unit_scale=True, desc=label, file=self.stream, leave=False
+            )
+
+    def read(self, n: int) -> None:
+        with self._lock:
+            self.done += n
+            if self.bar is not None:
+                self.bar.update(n)
+            elif self.enabled and self.clock() - self.last_line >= self.interval:
+                self._line()
+
+    def close(self) -> None:
+        with self._lock:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+            elif self.lines and self._printed != self.done:
+                self._line()
+
+    def line(self) -> str:
+        elapsed = max(self.clock() - self.start, 1e-9)
+        rate = self.done / elapsed
+        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        return (
+            f"mixscope: {self.label}: {size(self.done)} of {size(self.total)} "
+            f"({size(rate)}/s), ETA {duration(max(eta, 0.0))}"
+        )
+
+    def _line(self) -> None:
+        self.last_line = self.clock()
+        self.lines += 1
+        self._printed = self.done
+        print(self.line(), file=self.stream, flush=True)
+
+
 def _isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()

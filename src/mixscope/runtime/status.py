@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from mixscope.errors import first_line
 from mixscope.store import manifest
+from mixscope.store import verify as verification
 from mixscope.store.layout import Layout
 from mixscope.store.runs import load_runs
 from mixscope.store.verify import Damage, check_run
@@ -38,7 +39,12 @@ RUN_STATUS_SCHEMA = pa.schema(
             "damaged",
             pa.list_(
                 pa.struct(
-                    [("shard", pa.int64()), ("generation", pa.int64()), ("what", pa.string())]
+                    [
+                        ("shard", pa.int64()),
+                        ("generation", pa.int64()),
+                        ("what", pa.string()),
+                        ("file", pa.string()),
+                    ]
                 )
             ),
         ),
@@ -50,15 +56,25 @@ RUN_STATUS_SCHEMA = pa.schema(
 )
 
 
-def run_status(root: str) -> list[dict[str, Any]]:
-    """One JSON-ready row per run (the keys of ``status --json``), from the typed records."""
+def run_status(
+    root: str, run_ids: tuple[str, ...] = (), *, verify: bool = False, progress: bool = False
+) -> list[dict[str, Any]]:
+    """One JSON-ready row per run (the keys of ``status --json``), from the typed records;
+    ``run_ids``: these only (default all).
+
+    ``damaged`` compares every committed file's presence and size with its record (one
+    listing per folder) and, with ``verify``, every byte with its sha256: the only check
+    that sees a file changed in place (``store/verify.py``). ``progress``: a bar or lines
+    on stderr while hashing (``runtime/progress.py``)."""
     layout = Layout.open(root)
+    records = [r for r in load_runs(layout) if not run_ids or r.run_id in run_ids]
+    damages = _verified(layout, [r.run_id for r in records], progress) if verify else {}
     out = []
-    for rec in load_runs(layout):
+    for rec in records:
         run_id = rec.run_id
         done = manifest.commits(layout, run_id)
         failed = {k: v for k, v in manifest.failures(layout, run_id).items() if k not in done}
-        damage = check_run(layout, run_id)
+        damage = damages[run_id] if verify else check_run(layout, run_id)
         total = rec.shards_total
         tokens = sum(c.tokens for c in done.values())
         busy = sum(c.seconds for c in done.values())
@@ -81,7 +97,8 @@ def run_status(root: str) -> list[dict[str, Any]]:
             "errors": {str(k): first_line(v.error) for k, v in sorted(failed.items())},
             # committed results deleted, truncated or changed since (store/verify.py)
             "damaged": [
-                {"shard": d.shard, "generation": d.generation, "what": d.what} for d in damage
+                {"shard": d.shard, "generation": d.generation, "what": d.what, "file": d.file}
+                for d in damage
             ],
             # input records not analysed, per reason (corpus/readers.py)
             "bad_input": dict(rec.corpus.get("bad") or {}),
@@ -93,6 +110,23 @@ def run_status(root: str) -> list[dict[str, Any]]:
             {key: row[key] for key in RUN_STATUS_SCHEMA.names}
         )  # the declared keys, in order
     return out
+
+
+def _verified(layout: Layout, run_ids: list[str], progress: bool) -> dict[str, list[Damage]]:
+    """run → its damage, every committed byte hashed; the records are read first so that
+    the progress knows the total."""
+    from mixscope.runtime.progress import ByteProgress
+
+    promised = {run_id: verification.promised(layout, run_id) for run_id in run_ids}
+    total = sum(max(c.bytes, 0) for p in promised.values() for c in p.files(layout))
+    bar = ByteProgress(total, f"verify {layout.root}", enabled=progress)
+    try:
+        return {
+            run_id: verification.check(layout, p, deep=True, on_bytes=bar.read)
+            for run_id, p in promised.items()
+        }
+    finally:
+        bar.close()
 
 
 def pair_counts(pairs: dict[str, int] | None) -> str:
@@ -146,17 +180,34 @@ def shard_status(
     return rows
 
 
-def status_document(root: str, run_ids: tuple[str, ...] = (), shards: bool = False) -> dict:
-    """What ``status --json`` prints: ``{"format", "root", "runs": [...]}``, each run with its
-    ``shards`` when asked (every key documented in docs/status.md)."""
-    runs = [r for r in run_status(root) if not run_ids or r["run_id"] in run_ids]
+def status_document(
+    root: str,
+    run_ids: tuple[str, ...] = (),
+    shards: bool = False,
+    actors: bool = False,
+    *,
+    verify: bool = False,
+    progress: bool = False,
+) -> dict:
+    """What ``status --json`` prints: ``{"format", "root", "verified", "runs": [...]}``, each
+    run with its ``shards`` and its actor ``pool`` when asked (every key documented in
+    docs/status.md); ``verify``: its ``damaged`` from every byte hashed (``run_status``).
+
+    The pool is the run's last ``actors.json`` as written (``runtime/pool_status.py``), or
+    None for a run without one (the local executor): the document carries what the
+    ``--actors`` tables show, so a script never has to parse them."""
+    from mixscope.runtime.pool_status import read_pool_status
+
+    runs = run_status(root, run_ids, verify=verify, progress=progress)
     for r in runs if shards else ():
         damaged: dict[int, str] = {}  # the run's own verification: no second pass
         for d in r["damaged"]:
             if d["shard"] is not None:
                 damaged.setdefault(d["shard"], d["what"])
         r["shards"] = shard_status(root, r["run_id"], damaged)
-    return {"format": STATUS_FORMAT, "root": root, "runs": runs}
+    for r in runs if actors else ():
+        r["pool"] = read_pool_status(root, r["run_id"])
+    return {"format": STATUS_FORMAT, "root": root, "verified": verify, "runs": runs}
 
 
 #: the run table's columns: (header, key of the status document)
@@ -204,3 +255,23 @@ def status_tables(doc: dict) -> list[str]:
             rows = [["" if s[c] is None else s[c] for c in scols] for s in shards]
             lines.append(aligned_table(scols, rows, digits=2))
     return lines
+
+
+def verify_summary(doc: dict) -> tuple[str, bool]:
+    """(the verdict of ``status --verify`` in one line, whether anything is damaged): per
+    run, each damaged shard and generation, and what redoes them."""
+    parts = []
+    for r in doc["runs"]:
+        shards = sorted({d["shard"] for d in r["damaged"] if d["shard"] is not None})
+        gens = sorted({d["generation"] for d in r["damaged"] if d["shard"] is None})
+        named = [f"shard {s}" for s in shards] + [f"statistics generation {g}" for g in gens]
+        if named:
+            parts.append(f"run {r['run_id']}: {', '.join(named)}")
+    runs = len(doc["runs"])
+    if not parts:
+        return f"verified {runs} run(s): every committed file matches its record", False
+    return (
+        f"damaged: {'; '.join(parts)}: `mixscope run JOB --repair` redoes exactly these "
+        "(a generation: the shards it covers)",
+        True,
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixscope.errors import MixscopeError, first_line
+from mixscope.errors import MixscopeError, SqlError, first_line
 
 
 def check_read_only(sql: str) -> None:
@@ -37,8 +37,8 @@ def execute(con: Any, sql: str, params: dict[str, Any] | None = None) -> Any:
     try:
         return con.execute(sql, params or None)
     except duckdb.Error as exc:
-        raise MixscopeError(
-            missing_measure(con, str(exc)) or f"SQL error: {first_line(exc)}"
+        raise SqlError(
+            missing_measure(con, str(exc)) or f"SQL error: {first_line(exc)}", exc
         ) from None
 
 
