@@ -26,6 +26,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from mixscope.config import JobSpec
@@ -33,6 +34,7 @@ from mixscope.corpus.plan import Shard
 from mixscope.errors import MixscopeError, one_line
 from mixscope.runtime import faults
 from mixscope.runtime.actor_pool import POLL, Actor, ActorPool
+from mixscope.runtime.auth import quiet_default_token_notice
 from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.executor import RetryPolicy
 from mixscope.runtime.node_health import NodeHealth
@@ -76,14 +78,17 @@ def ensure_ray(address: str | None) -> Any:
     # no address: an embedded instance of our own, even if a cluster runs on this machine
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     RAY_INITS += 1
+    # Ray's notice that our own embedded instance runs in token mode is not the user's news
+    quiet = quiet_default_token_notice() if address == "local" else nullcontext()
     try:
-        ray.init(
-            address=address,
-            include_dashboard=False if address == "local" else None,
-            ignore_reinit_error=True,
-            log_to_driver=True,
-            logging_level=logging.WARNING,
-        )
+        with quiet:
+            ray.init(
+                address=address,
+                include_dashboard=False if address == "local" else None,
+                ignore_reinit_error=True,
+                log_to_driver=True,
+                logging_level=logging.WARNING,
+            )
     except ConnectionError as exc:
         raise MixscopeError(f"cannot reach the Ray cluster at {address}: {exc}") from None
     return ray
