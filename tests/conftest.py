@@ -17,7 +17,7 @@ pytest_plugins = ["reliability_report"]
 #: fixtures whose use makes a test slow (the real model) or end to end (a cluster or jobs)
 SLOW_FIXTURES = {"minilm_path"}
 E2E_FIXTURES = {"ray_local", "clean_run"}
-E2E_MODULES = {"test_pipeline", "test_submit", "test_checkpoints"}
+E2E_MODULES = {"test_pipeline", "test_submit", "test_checkpoints", "test_ray_state", "test_attach"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -63,9 +63,17 @@ def tiny():
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """One real local Ray instance for the whole test session (ray.init takes seconds)."""
+    """One real local Ray instance for the whole test session (ray.init takes seconds).
+
+    Ray's machine-wide ``ray_current_cluster`` is put back as it was if this instance wrote
+    it (Ray 2.60 does not for an embedded one; a later Ray may), so no ``ray.init`` after
+    the tests tries to join this stopped instance (``ray_cluster.AddressFile``).
+    """
     import ray
 
+    from ray_cluster import AddressFile
+
+    address_file = AddressFile()
     if not ray.is_initialized():
         ray.init(
             address="local",
@@ -74,8 +82,10 @@ def ray_local():
             logging_level="ERROR",
             log_to_driver=False,
         )
+    port = int(ray.get_runtime_context().gcs_address.rsplit(":", 1)[1])
     yield ray
     ray.shutdown()
+    address_file.restore(port)
 
 
 @pytest.fixture(scope="session")

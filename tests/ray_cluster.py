@@ -6,6 +6,10 @@ touches another Ray instance on the machine (other test sessions, the session Ra
 ``tests/conftest.py``). ``ray stop`` is never used: it stops every Ray on the machine.
 A node is stopped by signalling its own ``ray start`` process; its raylet can be killed
 alone (``kill_raylet``) to lose the node the way a preempted machine is lost.
+
+``default_head`` is the other kind: a head as a user starts it, in Ray's own temp dir and
+with its token defaults. Such a head writes Ray's machine-wide record of "the cluster here"
+(``AddressFile``), which it puts back as it was when it stops.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +55,107 @@ def driver_env() -> dict[str, str]:
     if "RAY_AUTH_MODE" not in env and Path("~/.ray/auth_token").expanduser().is_file():
         env["RAY_AUTH_MODE"] = "token"
     return env
+
+
+class AddressFile:
+    """Ray's machine-wide ``ray_current_cluster`` (``/tmp/ray``), as a test found it.
+
+    ``ray start`` writes its cluster's address there and nothing removes it when the cluster
+    stops; a plain ``ray.init(num_cpus=…)`` anywhere on the machine then tries to join that
+    dead cluster and fails. A test that starts Ray records the file before and ``restore``s
+    it after stopping: put back as it was (or removed), but only while it still names the
+    test's own cluster, so another session's cluster started meanwhile is left alone.
+    """
+
+    def __init__(self) -> None:
+        from ray._common.utils import get_ray_address_file
+
+        self.path = Path(get_ray_address_file(None))
+        self.before = self.read()
+
+    def read(self) -> str | None:
+        try:
+            return self.path.read_text().strip()
+        except FileNotFoundError:
+            return None
+
+    def names(self, port: int) -> bool:
+        """Whether the file now names the cluster whose GCS listens on ``port``."""
+        now = self.read()
+        return now is not None and now.rsplit(":", 1)[-1] == str(port)
+
+    def restore(self, port: int) -> None:
+        if not self.names(port) or self.read() == self.before:
+            return
+        if self.before is None:
+            self.path.unlink(missing_ok=True)
+        else:
+            self.path.write_text(self.before)
+
+
+def stop_process_group(process: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGTERM to the group of a ``ray start`` started with ``start_new_session``, then
+    SIGKILL to what is left of it: its GCS and raylet go with it."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(10)
+
+
+@contextmanager
+def default_head(
+    log: Path,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+) -> Iterator[str]:
+    """``ray start --head --port PORT`` as a user runs it (Ray's temp dir, its token
+    defaults; ``env`` as given, else this environment less ``RAY_ADDRESS`` and
+    ``RAY_AUTH_MODE``), with the ports that clash between instances chosen free. Yields
+    ``127.0.0.1:PORT`` once the runtime is up; stopped, and ``ray_current_cluster`` put
+    back as it was, on exit."""
+    port = free_port()
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    address_file = AddressFile()
+    command = [
+        RAY, "start", "--head", "--block", "--port", str(port), "--disable-usage-stats",
+        "--dashboard-agent-listen-port", str(free_port()),
+        "--dashboard-agent-grpc-port", str(free_port()),
+        "--runtime-env-agent-port", str(free_port()),
+        "--metrics-export-port", str(free_port()),
+        "--ray-client-server-port", str(free_port()),
+        *args,
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**env, "RAY_USAGE_STATS_ENABLED": "0"},
+            start_new_session=True,  # its own process group: signals stay ours
+        )
+    try:
+        deadline = time.time() + timeout
+        # printed after the runtime started and wrote ray_current_cluster
+        while b"will now block forever" not in log.read_bytes():
+            if process.poll() is not None:
+                raise RuntimeError(f"ray start exited:\n{log.read_text()}")
+            if time.time() > deadline:
+                raise TimeoutError(f"ray start not up after {timeout}s:\n{log.read_text()}")
+            time.sleep(0.5)
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop_process_group(process)
+        address_file.restore(port)
 
 
 @dataclass

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import duckdb
 import numpy as np
@@ -97,6 +101,26 @@ def test_cli_run_prints_sql_summary_and_bad_inputs(ray_local, tiny_bert_dir, tmp
         "oversized": 1,
         "empty_file": 1,
     }
+
+
+def test_a_run_on_the_embedded_ray_opens_with_mixscope_s_own_lines(tiny_bert_dir, tmp_path):
+    """Ray logs that a new local instance enabled token authentication; for mixscope's own
+    embedded instance that notice is not shown (a user's first lines are mixscope's). The
+    shell has no RAY_AUTH_MODE, as a user's: that is when Ray logs it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    out = tmp_path / "o"
+    args = ["--model", tiny_bert_dir, "--corpus", str(DEMO), "--out", str(out), "--workers", "1"]
+    result = subprocess.run(
+        [sys.executable, "-m", "mixscope.cli", "run", *args, "--max-length", "32", "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Token authentication" not in result.stdout + result.stderr
+    assert result.stdout.split()[:2] == ["layer", "tokens"]  # the summary table comes first
+    assert re.search(r"^run \w+: complete", result.stderr, re.M), result.stderr
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import subprocess
 import tempfile
+from html import unescape
 from html.parser import HTMLParser
 from io import BytesIO
 from pathlib import Path
@@ -280,29 +282,96 @@ def test_clear_one_line_errors(roots, tmp_path, case):
     assert not (tmp_path / "r.html").exists()
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
-def test_renders_in_headless_chromium(roots, trend_html):
-    shot = roots["base"] / "screenshot.png"
+#: appended to a copy of the report: once everything has loaded, what a reader's browser
+#: holds (each image decoded or not, its drawn size, the tables and their rows, the
+#: headings) is written into the DOM, where ``--dump-dom`` brings it back. The control image
+#: is broken on purpose, so a probe that could not tell a broken image would fail the test.
+PROBE = """<img id="probe-control" alt="" src="data:image/png;base64,AAAA">
+<script>
+window.addEventListener("load", () => {
+  const images = [...document.images].filter((i) => i.id !== "probe-control");
+  const control = document.getElementById("probe-control");
+  const result = {
+    images: images.map((i) => ({
+      complete: i.complete, width: i.naturalWidth, height: i.naturalHeight,
+      shown: i.getBoundingClientRect().width,
+    })),
+    control: {complete: control.complete, width: control.naturalWidth},
+    tables: [...document.querySelectorAll("table")].map((t) => t.tBodies[0].rows.length),
+    summary_rows: document.querySelectorAll("tr[data-measure]").length,
+    headings: [...document.querySelectorAll("h2")].map((h) => h.textContent),
+    height: document.body.scrollHeight,
+  };
+  const out = document.createElement("pre");
+  out.id = "probe-result";
+  out.textContent = JSON.stringify(result);
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs /usr/bin/chromium (.ci/run installs it in CI)"
+)
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
+        return subprocess.run(
             [
                 str(CHROMIUM),
                 "--headless",
-                "--no-sandbox",
+                "--no-sandbox",  # CI runs as root
                 "--disable-gpu",
                 "--disable-background-networking",
                 "--disable-component-update",
                 "--disable-sync",
                 "--no-first-run",
                 f"--user-data-dir={profile}",
-                f"--screenshot={shot}",
                 "--window-size=1400,4000",
-                (roots["base"] / "trend.html").as_uri(),
+                *args,
             ],
             capture_output=True,
+            text=True,
             timeout=120,
             check=True,
         )
+
+
+@needs_chromium
+def test_every_figure_and_table_loads_in_headless_chromium(roots, trend_html):
+    """What a reader's browser makes of the page: every figure decodes and is drawn, no
+    image is broken, the tables and every section are there (the page parsing alone cannot
+    tell a PNG that a browser refuses)."""
+    probe = roots["base"] / "trend-probe.html"
+    probe.write_text(trend_html.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    dom = _chromium(
+        "--run-all-compositor-stages-before-draw",
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+        probe.as_uri(),
+    ).stdout
+    found = re.search(r'<pre id="probe-result">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    seen = json.loads(unescape(found.group(1)))
+
+    assert seen["control"] == {"complete": True, "width": 0}  # the probe sees a broken one
+    page = _parse(trend_html)
+    assert len(seen["images"]) == len(page.images) == 3 * 3 + 1 + 3 * 2
+    for img, src in zip(seen["images"], page.images, strict=True):
+        png = _png(base64.b64decode(src.split(",", 1)[1]))
+        assert img["complete"] and (img["width"], img["height"]) == png.size, img
+        assert img["shown"] > 100, img  # drawn on the page, not hidden or collapsed
+    assert seen["summary_rows"] == 3 * 5
+    assert seen["tables"] and all(rows > 0 for rows in seen["tables"]), seen["tables"]
+    assert all(h in seen["headings"] for h in SECTIONS.values()), seen["headings"]
+    assert seen["height"] > 2000  # laid out as a long page, not collapsed
+
+
+@needs_chromium
+def test_renders_in_headless_chromium(roots, trend_html):
+    shot = roots["base"] / "screenshot.png"
+    _chromium(f"--screenshot={shot}", (roots["base"] / "trend.html").as_uri())
     pixels = np.asarray(_png(shot.read_bytes()).convert("RGB"))
     assert pixels.shape[:2] == (4000, 1400)
     colours = np.unique(pixels.reshape(-1, 3), axis=0)

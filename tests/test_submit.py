@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -14,67 +13,37 @@ from pathlib import Path
 
 import pytest
 
+from ray_cluster import default_head, free_port
+
 DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory):
-    """``ray start --head`` with the dashboard, in the foreground, stopped at the end."""
-    port, dash = _free_port(), _free_port()
-    # the session's own local Ray (ray_local) holds Ray's default agent ports: pick free ones,
-    # or this head's dashboard agent cannot start and no job can be submitted
-    agent_ports = [
-        f"--dashboard-agent-listen-port={_free_port()}",
-        f"--dashboard-agent-grpc-port={_free_port()}",
-        f"--runtime-env-agent-port={_free_port()}",
-        f"--metrics-export-port={_free_port()}",
-        f"--ray-client-server-port={_free_port()}",
-    ]
+    """``ray start --head`` with the dashboard, in the foreground, stopped at the end (and
+    Ray's ``ray_current_cluster`` put back as it was: ``ray_cluster.default_head``)."""
+    dash = free_port()
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1"}
     env.pop("RAY_ADDRESS", None)
-    log = open(tmp_path_factory.mktemp("head") / "head.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            str(bin_dir / "ray"),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            f"--dashboard-port={dash}",
-            "--dashboard-host=127.0.0.1",
-            "--include-dashboard=true",
-            "--num-cpus=2",
-            "--disable-usage-stats",
-            *agent_ports,
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    address = f"http://127.0.0.1:{dash}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", dash), timeout=1):
-                break
-        except OSError:
-            time.sleep(0.5)
-    time.sleep(2)  # the job manager starts after the HTTP port opens
-    yield address, env
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
+    args = [
+        f"--dashboard-port={dash}",
+        "--dashboard-host=127.0.0.1",
+        "--include-dashboard=true",
+        "--num-cpus=2",
+    ]
+    log = tmp_path_factory.mktemp("head") / "head.log"
+    with default_head(log, args, env):
+        address = f"http://127.0.0.1:{dash}"
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", dash), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        time.sleep(2)  # the job manager starts after the HTTP port opens
+        yield address, env
 
 
 @pytest.mark.slow

@@ -26,13 +26,15 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import Shard
-from mixscope.errors import MixscopeError, one_line
+from mixscope.errors import MixscopeError, first_line, one_line
 from mixscope.runtime import faults
 from mixscope.runtime.actor_pool import POLL, Actor, ActorPool
+from mixscope.runtime.auth import auth_hint, quiet_default_token_notice, use_local_token
 from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.executor import RetryPolicy
 from mixscope.runtime.node_health import NodeHealth
@@ -75,17 +77,26 @@ def ensure_ray(address: str | None) -> Any:
         return ray
     # no address: an embedded instance of our own, even if a cluster runs on this machine
     address = address or os.environ.get("RAY_ADDRESS") or "local"
+    if address != "local":
+        use_local_token()  # an explicit address: Ray sends no token unless told (auth.py)
     RAY_INITS += 1
+    # Ray's notice that our own embedded instance runs in token mode is not the user's news
+    quiet = quiet_default_token_notice() if address == "local" else nullcontext()
     try:
-        ray.init(
-            address=address,
-            include_dashboard=False if address == "local" else None,
-            ignore_reinit_error=True,
-            log_to_driver=True,
-            logging_level=logging.WARNING,
-        )
-    except ConnectionError as exc:
-        raise MixscopeError(f"cannot reach the Ray cluster at {address}: {exc}") from None
+        with quiet:
+            ray.init(
+                address=address,
+                include_dashboard=False if address == "local" else None,
+                ignore_reinit_error=True,
+                log_to_driver=True,
+                logging_level=logging.WARNING,
+            )
+    except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
+        # a refused token reads "Failed to connect", like a cluster that is not there
+        hint = "" if address == "local" else f" (is it up? {auth_hint()})"
+        raise MixscopeError(
+            f"cannot reach the Ray cluster at {address}: {first_line(exc)}{hint}"
+        ) from None
     return ray
 
 

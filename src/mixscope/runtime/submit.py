@@ -17,7 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from mixscope.config import JobSpec
-from mixscope.errors import MixscopeError
+from mixscope.errors import MixscopeError, first_line
+from mixscope.runtime.auth import auth_hint, use_local_token
 
 AGENT_WAIT_SECONDS = 300  # a freshly started head can take minutes on a busy machine
 
@@ -50,23 +51,11 @@ def submission_id(spec: JobSpec) -> str:
     return f"mixscope-{digest}"
 
 
-def _use_token_if_present() -> None:
-    """Ray clusters with token auth (the default since Ray 2.5x) need the token on HTTP calls.
-
-    The Jobs SDK sends it only when this process runs in token mode; a local token file or
-    ``RAY_AUTH_TOKEN`` means the user has one, so use it unless a mode is set explicitly.
-    """
-    if "RAY_AUTH_MODE" in os.environ:
-        return
-    token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")).expanduser()
-    if os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file():
-        os.environ["RAY_AUTH_MODE"] = "token"
-
-
 def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable[..., None]) -> int:
     import yaml
 
-    _use_token_if_present()  # before Ray reads its settings
+    use_local_token()  # the Jobs SDK sends the token only in token mode (auth.py)
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     if "://" not in spec.out and not os.path.isabs(spec.out):
@@ -77,8 +66,13 @@ def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable
         raise MixscopeError("submit needs --address http://HEAD:8265 (or RAY_ADDRESS)")
     try:
         client = JobSubmissionClient(address)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except ValueError as exc:  # not an address of a Jobs API
         raise MixscopeError(f"cannot reach the Ray Jobs API at {address}: {exc}") from None
+    except (ConnectionError, RuntimeError, AuthenticationError) as exc:
+        raise MixscopeError(
+            f"cannot reach the Ray Jobs API at {address}: {first_line(exc)} "
+            f"(is it up? {auth_hint()})"
+        ) from None
 
     base = submission_id(spec)
     chosen = None
