@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mixscope.config import JobSpec
 from mixscope.errors import MixscopeError, first_line
@@ -54,41 +55,17 @@ def submission_id(spec: JobSpec) -> str:
 def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable[..., None]) -> int:
     import yaml
 
-    use_local_token()  # the Jobs SDK sends the token only in token mode (auth.py)
-    from ray.exceptions import AuthenticationError
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
     if "://" not in spec.out and not os.path.isabs(spec.out):
         # a relative root would land in the job's temporary working directory
         spec = replace(spec, out=os.path.abspath(spec.out))
     address = address or os.environ.get("RAY_ADDRESS")
     if not address:
         raise MixscopeError("submit needs --address http://HEAD:8265 (or RAY_ADDRESS)")
-    try:
-        client = JobSubmissionClient(address)
-    except ValueError as exc:  # not an address of a Jobs API
-        raise MixscopeError(f"cannot reach the Ray Jobs API at {address}: {exc}") from None
-    except (ConnectionError, RuntimeError, AuthenticationError) as exc:
-        raise MixscopeError(
-            f"cannot reach the Ray Jobs API at {address}: {first_line(exc)} "
-            f"(is it up? {auth_hint()})"
-        ) from None
-
-    base = submission_id(spec)
-    chosen = None
-    for k in range(1, 100):
-        sid = base if k == 1 else f"{base}-r{k}"
-        try:
-            status = client.get_job_status(sid)
-        except RuntimeError:  # no such submission
-            chosen = sid
-            break
-        if status in (JobStatus.FAILED, JobStatus.STOPPED):
-            continue
-        echo(f"already submitted as {sid} ({status.value}); not submitting it again", err=True)
-        return _follow(client, sid, echo) if wait else 0
-    if chosen is None:
-        raise MixscopeError(f"too many failed submissions of {base}")
+    client = _client(address)
+    chosen, existing = _submission(client, submission_id(spec))
+    if existing is not None:
+        echo(f"already submitted as {chosen} ({existing}); not submitting it again", err=True)
+        return _follow(client, chosen, echo) if wait else 0
 
     env = job_env(os.environ)
     with tempfile.TemporaryDirectory(prefix="mixscope-submit-") as tmp:
@@ -115,6 +92,39 @@ def submit_job(spec: JobSpec, *, address: str | None, wait: bool, echo: Callable
                 time.sleep(2)
     echo(f"submitted {chosen} to {address}", err=True)
     return _follow(client, chosen, echo) if wait else 0
+
+
+def _client(address: str) -> Any:
+    """A Jobs API client of ``address``, in the local token's mode; one line if it fails."""
+    use_local_token()  # the Jobs SDK sends the token only in token mode (auth.py)
+    from ray.exceptions import AuthenticationError
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except ValueError as exc:  # not an address of a Jobs API
+        raise MixscopeError(f"cannot reach the Ray Jobs API at {address}: {exc}") from None
+    except (ConnectionError, RuntimeError, AuthenticationError) as exc:
+        raise MixscopeError(
+            f"cannot reach the Ray Jobs API at {address}: {first_line(exc)} "
+            f"(is it up? {auth_hint()})"
+        ) from None
+
+
+def _submission(client: Any, base: str) -> tuple[str, str | None]:
+    """(submission id, the status of a live submission of it or None): the job's id, or
+    its next retry id (``-r2``, …) after failed or stopped ones."""
+    from ray.job_submission import JobStatus
+
+    for k in range(1, 100):
+        sid = base if k == 1 else f"{base}-r{k}"
+        try:
+            status = client.get_job_status(sid)
+        except RuntimeError:  # no such submission
+            return sid, None
+        if status not in (JobStatus.FAILED, JobStatus.STOPPED):
+            return sid, status.value
+    raise MixscopeError(f"too many failed submissions of {base}")
 
 
 def _follow(client, sid: str, echo: Callable[..., None]) -> int:
