@@ -43,6 +43,8 @@ from timing import MALLOC_ENV, RssSampler, current_rss, interleaved, paired_rati
 
 #: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
 RESULTS = REPO / "benchmarks" / "results" / "attention.md"
+#: the GPU run's (``--device cuda``): its own README section
+GPU_RESULTS = REPO / "benchmarks" / "results" / "attention-gpu.md"
 
 #: Llama-family shapes (random weights): GQA, RMSNorm, rotary
 LLAMA = {
@@ -315,6 +317,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpu", action="store_true", help="GPU sizes: a 1B-shaped Llama, n to 32k")
     p.add_argument("--cpu-cap-gib", type=float, default=6.0, help="eager's memory cap (CPU)")
     p.add_argument("--no-memory", action="store_true", help="skip the memory curve")
+    p.add_argument("--memory-max", type=int, default=None, help="largest n of the memory curve")
     p.add_argument("--save", action="store_true", help=f"also write {RESULTS} (the README's)")
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -323,6 +326,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     top = 4096 if args.quick else (32768 if args.gpu else 16384)
+    top = min(top, args.memory_max or top)
     args.memory_n = [n for n in (512, 1024, 2048, 4096, 8192, 16384, 32768) if n <= top]
     if args.memory_child:
         memory_child(args.memory_child, args)
@@ -348,9 +352,10 @@ def main(argv: list[str] | None = None) -> None:
     text = report(times, memory, args)
     print("\n" + text)
     if args.save:
-        RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(text, encoding="utf-8")
-        print(f"wrote {RESULTS} (python benchmarks/readme.py puts it in the README)")
+        path = RESULTS if args.device == "cpu" else GPU_RESULTS
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path} (python benchmarks/readme.py puts it in the README)")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ from timing import interleaved, paired_ratio, synchronizer
 
 #: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
 RESULTS = REPO / "benchmarks" / "results" / "ff.md"
+#: the GPU run's (``--device cuda``): its own README section
+GPU_RESULTS = REPO / "benchmarks" / "results" / "ff-gpu.md"
 GOAL = 2.1
 WITH_FF = "paper,ff"
 
@@ -131,6 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="smoke test: small sizes, 1 repetition")
     p.add_argument("--no-memory", action="store_true", help="skip the memory curve")
+    p.add_argument("--memory-max", type=int, default=8192, help="largest n of the memory curve")
     p.add_argument("--cpu-cap-gib", type=float, default=6.0, help=argparse.SUPPRESS)
     p.add_argument("--save", action="store_true", help=f"also write {RESULTS} (the README's)")
     return p.parse_args(argv)
@@ -138,7 +141,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    args.memory_n = [512, 2048] if args.quick else [512, 1024, 2048, 4096, 8192]
+    sizes = [512, 2048] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    args.memory_n = [n for n in sizes if n <= args.memory_max]
     if args.quick:
         args.reps = 1
     torch.set_num_threads(args.threads)
@@ -156,8 +160,9 @@ def main(argv: list[str] | None = None) -> None:
     text = report(times, memory, args)
     print(text)
     if args.save:
-        RESULTS.write_text(text, encoding="utf-8")
-        print(f"wrote {RESULTS}")
+        path = RESULTS if args.device == "cpu" else GPU_RESULTS
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,146 @@
+"""The CUDA paths, on a lent GPU (``pytest -m gpu``; skipped without CUDA).
+
+What CPU runs cannot check: the CUDA fused kernels (flash: no mask, half precision;
+memory-efficient: additive masks) against exact attention on padded batches, every measure
+group on the fast path against eager on the GPU, float64 on the GPU against the float64 CPU
+engine (the same arithmetic, another device), bfloat16 against float32, and the exactness
+identities under ``verify`` on the GPU. benchmarks/gpu_check.sh runs this file and the GPU
+benchmark tables in one command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+import mixscope
+from mixscope.mixing.fast_attention import attention_with_lse
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a GPU)"),
+]
+
+TEXTS = [
+    "The cat sat on the mat.",
+    "A somewhat longer sentence with quite a few more tokens in it, to pad the others.",
+    ("A dog barked loudly at night.", "The neighbours were not amused."),
+    "Short one.",
+]
+FAMILIES = ("bert", "distilbert", "gpt2", "gpt-neox", "llama-gqa2", "mistral", "opt-post")
+MEASURES = lambda table: [c for c in table.column_names if c.endswith(("_n", "_w"))]  # noqa: E731
+
+
+def _exact(q, k, v, keep, scale, causal):
+    """Attention and its log-sum-exp by the textbook formula, float64."""
+    q, k, v = (t.double() for t in (q, k, v))
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    scores = q @ k.transpose(-1, -2) * scale  # [batch, heads, q, k]
+    n = q.shape[2]
+    allowed = torch.ones(n, n, dtype=torch.bool, device=q.device)
+    if causal:
+        allowed = allowed.tril()
+    if keep is not None:
+        allowed = allowed & keep[:, None, None, :]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.softmax(scores, dim=-1) @ v, lse
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("padding", [None, "right", "left"])
+def test_cuda_kernels_against_exact_attention(dtype, causal, padding):
+    """flash (no mask, half precision) and memory-efficient (masks, every dtype): output
+    and LSE — the LSE gives α_ii, so it is what the measures rest on."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    b, h, kv, n, d = 3, 8, 2, 77, 64  # grouped-query heads, a length no kernel tile divides
+    q = torch.randn(b, h, n, d, device="cuda", generator=gen).to(dtype)
+    k = torch.randn(b, kv, n, d, device="cuda", generator=gen).to(dtype)
+    v = torch.randn(b, kv, n, d, device="cuda", generator=gen).to(dtype)
+    keep = None
+    if padding:
+        lengths = torch.tensor([n, n // 2, 5], device="cuda")
+        pos = torch.arange(n, device="cuda")
+        keep = (
+            pos[None] < lengths[:, None]
+            if padding == "right"
+            else pos[None] >= n - lengths[:, None]
+        )
+    mask = None if keep is None else keep[:, None, None, :]
+    out, lse = attention_with_lse(q, k, v, mask, d**-0.5, causal, kernel="cuda")
+    ref_out, ref_lse = _exact(q, k, v, keep, d**-0.5, causal)
+    rows = torch.ones(b, n, dtype=torch.bool, device="cuda") if keep is None else keep
+    if causal and padding == "left":  # a left-padded causal row sees no key before its first
+        rows = rows & torch.isfinite(ref_lse).all(dim=1)
+    tol = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}[dtype]
+    assert (lse.double() - ref_lse).abs().transpose(1, 2)[rows].max() <= tol * 10
+    assert (out.double() - ref_out).abs().transpose(1, 2)[rows].max() <= tol * 10
+
+
+def _table(model, tok, **kwargs):
+    return mixscope.analyze((model, tok), TEXTS, measures="all", batch_size=4, **kwargs)
+
+
+@contextlib.contextmanager
+def on_gpu(model) -> Iterator[None]:
+    """The (session-cached) tiny model on the GPU, back on the CPU afterwards."""
+    model.to("cuda")
+    try:
+        yield
+    finally:
+        model.to("cpu")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_group_fast_against_eager_on_the_gpu(tiny, family):
+    model, tok = tiny(family, torch.float32)
+    with on_gpu(model):
+        _fast_against_eager(model, tok, family)
+
+
+def _fast_against_eager(model, tok, family: str) -> None:
+    for side in ("right", "left"):
+        fast = _table(model, tok, device="cuda", attention="fast", padding_side=side)
+        eager = _table(model, tok, device="cuda", attention="eager", padding_side=side)
+        for c in MEASURES(fast):
+            diff = np.abs(fast[c].to_numpy() - eager[c].to_numpy()).max()
+            assert diff <= 1e-4, f"{family}/{side} {c}: {diff:.2e}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_float64_on_the_gpu_equals_the_cpu(tiny, family):
+    """The same float64 arithmetic on another device: the GPU changes no number."""
+    model, tok = tiny(family, torch.float64)
+    cpu = _table(model, tok, device="cpu", dtype="float64")
+    with on_gpu(model):
+        gpu = _table(model, tok, device="cuda", dtype="float64", verify=True)
+    for c in MEASURES(cpu):
+        assert np.abs(cpu[c].to_numpy() - gpu[c].to_numpy()).max() <= 1e-6, c
+
+
+@pytest.mark.parametrize("family", ["bert", "llama-gqa2"])
+def test_verify_on_the_gpu_in_float32(tiny, family):
+    model, tok = tiny(family, torch.float32)
+    with on_gpu(model):
+        table = _table(model, tok, device="cuda", verify=True)
+    assert table.num_rows > 0
+
+
+def test_bfloat16_stays_close_to_float32(minilm_path):
+    """The packaged MiniLM in bfloat16 on the fast path (flash / efficient kernels) against
+    float32 eager: the mean ratios agree to a few thousandths."""
+    texts = [t if isinstance(t, str) else " ".join(t) for t in TEXTS] * 8
+    means = {}
+    for dtype, attention in (("bfloat16", "fast"), ("float32", "eager")):
+        table = mixscope.analyze(
+            minilm_path, texts, device="cuda", dtype=dtype, attention=attention, measures="all"
+        )
+        means[dtype] = {c: float(table[c].to_numpy().mean()) for c in MEASURES(table)}
+    for c, v in means["float32"].items():
+        assert abs(means["bfloat16"][c] - v) <= 0.02, (c, means["bfloat16"][c], v)
