@@ -11,7 +11,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -251,15 +250,21 @@ def test_watch_stops_cleanly_on_sigterm(training):
         stderr=subprocess.STDOUT,
         text=True,
     )
+    runs = out / "_mixscope" / "runs"
+
+    def complete() -> int:
+        records = [json.loads(p.read_text()) for p in runs.glob("*/run.json")]
+        return sum(r["status"] == "complete" for r in records)
+
     deadline = time.time() + 240
-    while time.time() < deadline and len(list((out / "_mixscope" / "runs").glob("*/run.json"))) < 3:
+    while time.time() < deadline and complete() < 3 and proc.poll() is None:
         time.sleep(0.2)
-    time.sleep(1)
-    proc.send_signal(signal.SIGTERM)
+    assert complete() == 3, "watch did not analyse the three checkpoints before its deadline"
+    proc.send_signal(signal.SIGTERM)  # idle now: waiting out its 600 s interval
     output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, output
     assert "watch stopped" in output
-    assert np.all([p.name for p in (out / "_mixscope" / "runs").iterdir()])
+    assert len(list(runs.iterdir())) == 3 and complete() == 3  # nothing left half-done
 
 
 _STEAL = """

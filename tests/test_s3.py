@@ -299,7 +299,11 @@ def test_exclusive_create_has_one_winner(s3):
     assert layout.read_json(path) == {"writer": wins[0]}
 
 
-def test_lease_on_s3_is_exclusive_expires_and_is_never_held_twice(s3):
+def test_lease_on_s3_is_exclusive_expires_and_is_never_held_twice(s3, monkeypatch):
+    import mixscope.store.lease as lease_module
+
+    clock = [time.time()]  # leases expire by this clock: advanced, never slept past
+    monkeypatch.setattr(lease_module, "now", lambda: clock[0])
     _, client = s3
     folder = f"s3://{new_bucket(client)}/out/_mixscope/checkpoints/leases"
     a, b = Lease(folder, "ck", ttl=30), Lease(folder, "ck", ttl=30)
@@ -317,7 +321,7 @@ def test_lease_on_s3_is_exclusive_expires_and_is_never_held_twice(s3):
     assert c.acquire()
     c._stop.set()  # a stalled process: no more heartbeats
     assert not d.acquire()
-    time.sleep(0.8)
+    clock[0] += 0.8  # past c's TTL
     assert d.acquire()
     assert not c.renew() and not c.held
     c.release()  # must not remove d's lease
@@ -328,7 +332,7 @@ def test_lease_on_s3_is_exclusive_expires_and_is_never_held_twice(s3):
     e = Lease(folder, "ck3", ttl=0.2)
     assert e.acquire()
     e._stop.set()
-    time.sleep(0.4)
+    clock[0] += 0.4  # past e's TTL
     takers = [Lease(folder, "ck3", ttl=30) for _ in range(6)]
     got: list[bool] = []
     barrier = threading.Barrier(len(takers))

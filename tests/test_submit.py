@@ -42,8 +42,22 @@ def ray_head(tmp_path_factory):
                     break
             except OSError:
                 time.sleep(0.5)
-        time.sleep(2)  # the job manager starts after the HTTP port opens
+        _wait_for_jobs_api(address, deadline)  # it starts after the HTTP port opens
         yield address, env
+
+
+def _wait_for_jobs_api(address: str, deadline: float) -> None:
+    """Until the head's Jobs API answers (not a fixed sleep)."""
+    import urllib.request
+
+    while True:
+        try:
+            with urllib.request.urlopen(f"{address}/api/jobs/", timeout=2):
+                return
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.mark.slow

@@ -39,6 +39,19 @@ def _sync(train, probe, out, faults: dict) -> subprocess.Popen:
             os.environ[FAULTS] = old
 
 
+def _wait_until_leases_expired(out, limit: float = 60.0) -> None:
+    """Until every checkpoint lease record under ``out`` has expired (the stopped holder
+    renews none): the event B's start depends on, not a fixed sleep."""
+    folder = out / "_mixscope" / "checkpoints"
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        records = [json.loads(p.read_text()) for p in folder.rglob("*.lease")]
+        if records and all(r["expires_at"] < time.time() for r in records):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the stopped sync's lease never expired: {folder}")
+
+
 def _race(tmp_path, lock: bool) -> dict:
     """Sync A is stopped in the middle of its first shard (a trace file says the shard has
     started; a 2 s slow-down keeps it there) for 4 s, past its 1.5 s lease; sync B starts
@@ -60,7 +73,7 @@ def _race(tmp_path, lock: bool) -> dict:
     assert trace.exists() and any(trace.iterdir()), "sync A never started a shard"
     a.send_signal(signal.SIGSTOP)  # mid-shard: its commits are pending, its lease expires
     try:
-        time.sleep(4.0)
+        _wait_until_leases_expired(out)
         b = _sync(train, probe, out, faults)
         b_out, _ = b.communicate(timeout=300)
     finally:

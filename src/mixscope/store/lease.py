@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,9 @@ from mixscope.store.records import need
 GUARD_SECONDS = 30.0
 #: version of the lease record (0: records written before it was stored)
 LEASE_FORMAT = 1
+#: the clock leases expire by (epoch seconds): tests advance a fake one instead of
+#: sleeping past a TTL
+now: Callable[[], float] = time.time
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class LeaseRecord:
 
     @classmethod
     def new(cls, owner: str, ttl: float) -> LeaseRecord:
-        return cls(owner=owner, expires_at=time.time() + ttl)
+        return cls(owner=owner, expires_at=now() + ttl)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], where: str) -> LeaseRecord:
@@ -72,7 +75,7 @@ class LeaseRecord:
 
     @property
     def expired(self) -> bool:
-        return self.expires_at <= time.time()
+        return self.expires_at <= now()
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
