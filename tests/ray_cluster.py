@@ -50,9 +50,11 @@ def _ports() -> list[str]:
 
 def driver_env() -> dict[str, str]:
     """The environment of a driver of these clusters: token auth as the nodes chose it (Ray
-    enables it when ``~/.ray/auth_token`` exists; a driver must then say so itself)."""
+    enables it when this shell has a token; a plain driver must then say so itself)."""
+    from mixscope.runtime.auth import token_source
+
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    if "RAY_AUTH_MODE" not in env and Path("~/.ray/auth_token").expanduser().is_file():
+    if "RAY_AUTH_MODE" not in env and token_source(env) is not None:
         env["RAY_AUTH_MODE"] = "token"
     return env
 
