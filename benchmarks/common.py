@@ -105,7 +105,7 @@ def timed_job(corpus: list[str], out: Path, **overrides: Any) -> dict[str, float
 
     from mixscope.config import load_spec
     from mixscope.runtime.driver import run_job
-    from mixscope.runtime.pool_status import read_pool_status
+    from mixscope.status import read_pool_status
 
     keys = {
         "model": str(minilm_path()),

@@ -171,7 +171,7 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
     per_shard = max(1, shard_rows // rows_per_seq)
     starts = list(range(0, n_seqs, per_shard))
     layout.write_json(
-        f"{layout.run_dir(run_id)}/plan.json",
+        layout.plan_path(run_id),
         {
             "files": ["synthetic.txt"],
             "n_docs": n_seqs,

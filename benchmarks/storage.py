@@ -65,8 +65,8 @@ CONFIGS: dict[str, tuple[str, float, str]] = {
 def run_config(root: str, args: argparse.Namespace, config: str) -> dict[str, Any]:
     from mixscope.config import load_spec
     from mixscope.runtime.driver import run_job
-    from mixscope.stats.consolidate import latest
     from mixscope.store import manifest
+    from mixscope.store.generations import latest
     from mixscope.store.layout import Layout
 
     detail, rate, precision = CONFIGS[config]

@@ -216,7 +216,7 @@ def write_synthetic_run(
             for k, docs in enumerate(docs_per_shard)
         ],
     }
-    layout.write_json(f"{layout.run_dir(run_id)}/plan.json", plan)
+    layout.write_json(layout.plan_path(run_id), plan)
     rows = tokens = 0
     vocab = Vocabulary(SyntheticTokenizer())
     for shard_id, (seqs, measures) in enumerate(shards):

@@ -380,3 +380,43 @@ def test_lease_record_is_typed_and_a_damaged_one_is_expired(tmp_path):
     b.release()
     old = LeaseRecord.from_json({"owner": "x", "expires_at": 1.0}, "old")  # before format
     assert old.format == 0 and old.expired
+
+
+def test_checkpoint_state_is_a_typed_record_that_reads_old_files(tmp_path):
+    """A state file as written before the record was typed (every key, nulls included)
+    reads unchanged; a write keeps unknown keys; a damaged file reads as never tried."""
+    from mixscope.checkpoints.state import CheckpointRecord, CheckpointState, checkpoint_id
+    from mixscope.store.layout import Layout
+
+    old = {
+        "attempts": 2,
+        "fingerprint": "abc",
+        "key": "/train/checkpoint-100",
+        "last_error": "ValueError: broken",
+        "model": "/train/checkpoint-100",
+        "next_attempt_at": 1700000300.0,
+        "revision": None,
+        "run_id": "r1",
+        "status": "failed",
+        "step": 100,
+        "updated_at": 1700000000.5,
+        "from_a_newer_writer": [1],
+    }
+    state = CheckpointState(str(tmp_path))
+    path = Layout.open(str(tmp_path)).checkpoint_state_path(checkpoint_id(old["key"]))
+    assert path == f"{tmp_path}/_mixscope/checkpoints/{checkpoint_id(old['key'])}.json"
+    Path(path).parent.mkdir(parents=True)
+    Path(path).write_text(json.dumps(old))
+    rec = state.get(old["key"])
+    assert (rec.status, rec.attempts, rec.step, rec.run_id) == ("failed", 2, 100, "r1")
+    assert rec.revision is None and rec.next_attempt_at == 1700000300.0
+    assert rec.to_dict() == {k: v for k, v in old.items() if v is not None}
+    assert CheckpointRecord.from_dict(rec.to_dict()) == rec
+    state.put(replace(rec, status="done"))
+    again = json.loads(Path(path).read_text())
+    assert again["status"] == "done" and again["from_a_newer_writer"] == [1]
+    assert [r.key for r in state.all()] == [old["key"]]
+    Path(path).write_text("{trunc")
+    assert state.get(old["key"]) == CheckpointRecord(old["key"])
+    assert state.all() == []
+    assert state.get("never") == CheckpointRecord("never")

@@ -69,7 +69,7 @@ def test_largest_shards_go_first_and_the_plan_is_unchanged(tmp_path):
 
 def test_status_actors_shows_the_pool_of_a_run(tmp_path):
     from mixscope.cli import main
-    from mixscope.runtime.pool_status import pool_tables
+    from mixscope.status import pool_tables
 
     state = {
         "ray_start_s": 1.5,
@@ -99,13 +99,12 @@ def test_status_json_actors_carries_the_pool_of_each_run(tmp_path):
     requested bundles, lost nodes), None for a run without one; without ``--actors`` the
     document has no ``pool`` and the tables still print from the same state."""
     from mixscope.cli import main
-    from mixscope.runtime.pool_status import FILE
     from mixscope.store.layout import Layout
 
     layout = Layout.open(str(tmp_path))
     for run_id in ("r1", "r2"):
         record = {"run_id": run_id, "status": "complete", "shards_total": 0}
-        layout.write_json(f"{layout.run_dir(run_id)}/run.json", record)
+        layout.write_json(layout.run_record_path(run_id), record)
     state = {
         "ray_start_s": 1.5,
         "first_actor_ready_s": 4.0,
@@ -118,7 +117,7 @@ def test_status_json_actors_carries_the_pool_of_each_run(tmp_path):
                    "actor_deaths": 2, "lost": "gave up after 2 actor deaths"}],
         "lost_nodes": ["node-two"],
     }  # fmt: skip
-    layout.write_json(f"{layout.run_dir('r1')}/{FILE}", state)
+    layout.write_json(layout.actors_path("r1"), state)
 
     result = CliRunner().invoke(main, ["status", str(tmp_path), "--json", "--actors"])
     assert result.exit_code == 0, result.output

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mixscope.errors import first_line, one_line
-from mixscope.runtime.status import run_status, shard_status
+from mixscope.status import run_status, shard_status
 from mixscope.store.layout import Layout
 
 

@@ -193,7 +193,7 @@ def test_output_root_on_an_fsspec_filesystem(tiny_bert_dir, clean_run):
     rows = sum(layout.read_table(f).num_rows for f in files)
     assert 2 * rows == clean_run[2][0]  # one row per token, lists of the two layers' values
     # the statistics went through fsspec too: consolidated, every token-layer row once
-    from mixscope.stats.consolidate import latest
+    from mixscope.store.generations import latest
 
     gen = latest(layout, summary.run_id)
     stats = layout.read_table(layout.absolute(gen.files["layer_stats"]["path"]))

@@ -13,7 +13,7 @@ import pytest
 
 import mixscope
 from mixscope.errors import MixscopeError
-from mixscope.runtime.status import RUN_STATUS_SCHEMA, run_status
+from mixscope.status import RUN_STATUS_SCHEMA, run_status
 from sql_oracle import (
     _invoke,
     assert_rows,

@@ -7,7 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from mixscope.cli import main
-from mixscope.store.layout import CorruptRecordError, Layout
+from mixscope.errors import CorruptRecordError
+from mixscope.store.layout import Layout
 from mixscope.store.run_record import RUN_FORMAT, RunRecord
 from mixscope.store.runs import load_run, load_runs, write_run
 

@@ -20,11 +20,10 @@ from mixscope.cli import main
 from mixscope.config import load_spec
 from mixscope.errors import MixscopeError
 from mixscope.runtime.driver import run_job
-from mixscope.runtime.status import run_status
 from mixscope.sql.named import run_query
 from mixscope.sql.views import connect
-from mixscope.stats import consolidate as consolidation
-from mixscope.store import manifest, objectstore
+from mixscope.status import run_status
+from mixscope.store import generations, manifest, objectstore
 from mixscope.store.layout import Layout
 from mixscope.store.lease import Lease
 from s3_server import AWS_ENV, moto_server, new_bucket, objects, s3_client
@@ -108,7 +107,7 @@ def test_job_on_s3_commits_the_same_rows_as_locally(roots):
             entry = rec.files[kind]
             info = remote.fs.get_file_info(remote.absolute(entry.path))
             assert info.size == entry.bytes
-    gen = consolidation.latest(remote, run_id)
+    gen = generations.latest(remote, run_id)
     assert gen.shards == frozenset(rc) and gen.files
     for entry in gen.files.values():
         assert remote.fs.get_file_info(remote.absolute(entry["path"])).size == entry["bytes"]
@@ -392,7 +391,7 @@ def test_checkpoints_sync_to_s3(s3, tmp_path):
     steps = connect(out).execute("SELECT step FROM runs ORDER BY step").fetchall()
     assert steps == [(100,), (200,)]
     states = CheckpointState(out).all()
-    assert sorted(s["status"] for s in states) == ["done", "done"]
+    assert sorted(s.status for s in states) == ["done", "done"]
     keys = objects(client, bucket, "sweep/_mixscope/checkpoints/")
     assert len([k for k in keys if k.endswith(".json")]) == 2
     assert not [k for k in keys if k.endswith(".lease")]  # every lease released

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from mixscope.cli import main
-from mixscope.stats.consolidate import latest
 from mixscope.store import verify
+from mixscope.store.generations import latest
 from mixscope.store.layout import Layout
 from run_helpers import arrow_read, flip_byte, flip_unreadable
 

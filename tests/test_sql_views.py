@@ -195,7 +195,7 @@ def test_uncommitted_and_partial_files_are_invisible(tmp_path):
     )
     # 5. a run whose files exist but nothing is committed, and files of no run at all
     write_parquet(layout, layout.data_file("tokens", "half", 0), junk)
-    layout.write_json(f"{layout.run_dir('half')}/plan.json", {"shards": []})
+    layout.write_json(layout.plan_path("half"), {"shards": []})
     write_parquet(layout, layout.data_file("tokens", "ghost", 0), junk)
     (root / "tokens" / "run_id=ghost" / "stray.parquet").write_bytes(b"\x00" * 64)
 

@@ -26,7 +26,7 @@ from mixscope.sql.named import all_queries, run_query
 from mixscope.sql.views import connect
 from mixscope.stats import consolidate as consolidation
 from mixscope.stats.detail import in_sample
-from mixscope.store import manifest
+from mixscope.store import generations, manifest
 from mixscope.store.layout import Layout
 from mixscope.store.records import CommitRecord, FileEntry
 from mixscope.store.schema import CATEGORIES, HIST_BINS, STATS, STORED_MEASURES
@@ -180,7 +180,7 @@ def test_token_stats_and_histograms_equal_brute_force(full_run):
 def test_one_consolidated_table_per_kind_and_no_partials(full_run):
     root, summary = full_run
     layout = Layout.open(root)
-    gen = consolidation.latest(layout, summary.run_id)
+    gen = generations.latest(layout, summary.run_id)
     assert gen.shards == frozenset(range(summary.shards_total))
     assert set(gen.files) == set(STATS)
     for kind in STATS:
@@ -393,7 +393,7 @@ def test_queries_are_right_at_every_commit_and_consolidation(tmp_path):
         if k in (1, 2, 4):  # generations 1-3 mid-way, partials in between
             consolidation.consolidate(layout, "r")
             check(k + 1)
-    assert consolidation.latest(layout, "r").generation == 3
+    assert generations.latest(layout, "r").generation == 3
     consolidation.consolidate(layout, "r")
     check(len(records))
 
@@ -408,7 +408,7 @@ def test_a_crash_after_the_record_leaves_no_double_count(full_run, tmp_path):
     layout = Layout.open(str(copy))
     want = _queries(str(copy))
     # put a partial of a consolidated shard back, as a crash before the deletes leaves it
-    gen = consolidation.latest(layout, summary.run_id)
+    gen = generations.latest(layout, summary.run_id)
     kind = "layer_stats"
     src = Path(copy, gen.files[kind]["path"])
     stale = Path(layout.shard_file(kind, summary.run_id, 0))

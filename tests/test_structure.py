@@ -121,6 +121,9 @@ LAYERS = {
     "mixing": {"config", "runtime", "store", "stats", "sql", "report", "cli"},
     "stats": {"runtime", "report", "cli"},
     "sql": {"runtime", "report", "cli"},
+    "store": {"stats", "runtime", "report", "cli", "sql"},
+    "corpus": {"store", "runtime", "report", "cli"},
+    "report": {"runtime", "cli"},
 }
 
 

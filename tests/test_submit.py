@@ -126,7 +126,7 @@ def test_submit_needs_an_address(monkeypatch):
 
 
 def test_job_env_forwards_hub_and_s3_settings():
-    from mixscope.runtime.submit import job_env
+    from mixscope.runtime.environment import job_env, worker_env
 
     shell = {
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
@@ -144,3 +144,10 @@ def test_job_env_forwards_hub_and_s3_settings():
         k: v for k, v in shell.items() if k not in ("HF_HOME", "HOME", "XAWS_KEY")
     }
     assert job_env({}) == {}
+    # the actors get the same list, this machine's paths included, and their defaults
+    assert worker_env(shell) == {
+        "TRANSFORMERS_VERBOSITY": "error",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        **{k: v for k, v in shell.items() if k not in ("HOME", "XAWS_KEY")},
+    }
+    assert worker_env({"TRANSFORMERS_VERBOSITY": "info"})["TRANSFORMERS_VERBOSITY"] == "info"

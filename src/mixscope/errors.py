@@ -25,6 +25,10 @@ class SqlError(MixscopeError):
         self.cause = cause
 
 
+class CorruptRecordError(MixscopeError):
+    """A record (commit, run, plan, consolidation) that no longer parses."""
+
+
 class UnsupportedArchitectureError(MixscopeError):
     """The model's family has no adapter."""
 

@@ -3,7 +3,7 @@
 Everything goes through the surfaces the CLI uses, so a notebook and ``mixscope query``
 give the same answer: the read-only DuckDB views of ``sql.views.connect`` (committed
 shards only), the named queries of ``sql.named``, the read-only statement check of
-``sql.readonly``, the run listing of ``mixscope status`` (``runtime.status``) and the
+``sql.readonly``, the run listing of ``mixscope status`` (``mixscope.status``) and the
 report's own figures (``report.build``, drawn by ``report.plots``). Tables are pyarrow
 (DuckDB's column types, as ``mixscope query --format parquet`` writes them);
 ``.to_pandas()`` and ``polars.from_arrow`` convert them (the ``pandas`` / ``polars``
@@ -84,7 +84,7 @@ class Results:
     # -- the questions -----------------------------------------------------------------
 
     def _run_list(self) -> list[dict[str, Any]]:
-        from mixscope.runtime.status import run_status
+        from mixscope.status import run_status
 
         rows = run_status(self.root)
         return [r for r in rows if self.run_ids is None or r["run_id"] in self.run_ids]
@@ -95,7 +95,7 @@ class Results:
         done / failed / pending, rows, throughput, errors per shard, damage, bad input."""
         import pyarrow as pa
 
-        from mixscope.runtime.status import RUN_STATUS_SCHEMA
+        from mixscope.status import RUN_STATUS_SCHEMA
 
         schema = RUN_STATUS_SCHEMA  # the keys and types of `mixscope status` rows
         rows = []

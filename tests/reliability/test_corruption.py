@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from mixscope.cli import main
 from mixscope.errors import MixscopeError
 from mixscope.runtime.driver import run_job
-from mixscope.runtime.status import run_status, shard_status
 from mixscope.sql.views import connect
-from mixscope.stats.consolidate import latest
+from mixscope.status import run_status, shard_status
 from mixscope.store import manifest
+from mixscope.store.generations import latest
 from mixscope.store.layout import Layout
 from run_helpers import cli_args, content_hash, job_spec
 

@@ -66,7 +66,7 @@ def test_disk_full_then_rerun_with_space(small_disk, tiny_bert_dir, clean_run):
     layout = Layout.open(str(out))
     (run_id,) = layout.list_dirs(layout.runs_dir())
     committed = manifest.commits(layout, run_id)
-    plan = layout.read_json(f"{layout.run_dir(run_id)}/plan.json")["shards"]
+    plan = layout.read_json(layout.plan_path(run_id))["shards"]
     docs = {
         d
         for s in plan
@@ -131,7 +131,7 @@ def test_disk_full_in_the_drivers_records(write, tmp_path, tiny_bert_dir, clean_
         committed = manifest.commits(layout, run_id)
         assert len(committed) == fitted
         if fitted:
-            plan = layout.read_json(f"{layout.run_dir(run_id)}/plan.json")["shards"]
+            plan = layout.read_json(layout.plan_path(run_id))["shards"]
             docs = {
                 d
                 for sh in plan

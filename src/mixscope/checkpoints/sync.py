@@ -16,7 +16,7 @@ from typing import Any
 
 from mixscope.checkpoints.complete import incomplete_reason
 from mixscope.checkpoints.discover import Candidate, discover
-from mixscope.checkpoints.state import CheckpointState, checkpoint_id
+from mixscope.checkpoints.state import CheckpointRecord, CheckpointState, checkpoint_id
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import plan_corpus
 from mixscope.errors import MixscopeError, one_line
@@ -113,13 +113,13 @@ def sync_pass(  # noqa: C901 - one pass of the protocol, step by step; issue 28 
             report.outcomes.append(Outcome(c.key, c.step, "done", run_id))
             continue
         st = state.get(c.key)
-        if st.get("status") == "failed" and not retry_failed:
-            if st.get("attempts", 0) >= ck.max_attempts:
-                detail = f"failed {st['attempts']} times: {st.get('last_error', '')}"
+        if st.status == "failed" and not retry_failed:
+            if st.attempts >= ck.max_attempts:
+                detail = f"failed {st.attempts} times: {st.last_error}"
                 report.outcomes.append(Outcome(c.key, c.step, "failed", run_id, detail))
                 continue
-            if st.get("next_attempt_at", 0) > now():
-                wait = st["next_attempt_at"] - now()
+            if st.next_attempt_at > now():
+                wait = st.next_attempt_at - now()
                 report.outcomes.append(
                     Outcome(c.key, c.step, "backoff", run_id, f"retry in {wait:.0f}s")
                 )
@@ -136,16 +136,17 @@ def sync_pass(  # noqa: C901 - one pass of the protocol, step by step; issue 28 
             if record is not None and record.status == "complete":
                 report.outcomes.append(Outcome(c.key, c.step, "done", run_id))
                 continue
-            attempts = int(st.get("attempts", 0)) + 1
-            base_record = {
-                "model": c.model,
-                "revision": c.revision,
-                "step": c.step,
-                "run_id": run_id,
-                "fingerprint": identity["fingerprint"],
-                "attempts": attempts,
-            }
-            state.put(c.key, {**base_record, "status": "running", "started_at": now()})
+            attempts = st.attempts + 1
+            base_record = CheckpointRecord(
+                key=c.key,
+                model=c.model,
+                revision=c.revision,
+                step=c.step,
+                run_id=run_id,
+                fingerprint=identity["fingerprint"],
+                attempts=attempts,
+            )
+            state.put(replace(base_record, status="running", started_at=now()))
             log(f"analysing {c.key} (step {c.step}, run {run_id}, attempt {attempts})")
             try:
                 status, error = _run(_spec_for(base, c), submit_address, show_progress)
@@ -154,18 +155,17 @@ def sync_pass(  # noqa: C901 - one pass of the protocol, step by step; issue 28 
                 error = one_line(exc)
                 log(traceback.format_exc(limit=3))
             if status == "complete":
-                state.put(c.key, {**base_record, "status": "done", "finished_at": now()})
+                state.put(replace(base_record, status="done", finished_at=now()))
                 report.outcomes.append(Outcome(c.key, c.step, "analysed", run_id))
             else:
                 delay = ck.backoff_seconds * 2 ** (attempts - 1)
                 state.put(
-                    c.key,
-                    {
-                        **base_record,
-                        "status": "failed",
-                        "last_error": error or status,
-                        "next_attempt_at": now() + delay,
-                    },
+                    replace(
+                        base_record,
+                        status="failed",
+                        last_error=error or status,
+                        next_attempt_at=now() + delay,
+                    )
                 )
                 report.outcomes.append(Outcome(c.key, c.step, "failed", run_id, error or status))
         finally:
@@ -179,22 +179,22 @@ def list_checkpoints(root: str, source: str | None, base: JobSpec | None) -> lis
     layout = Layout.open(root)
     rows: dict[str, dict[str, Any]] = {}
     for st in state.all():
-        status = st.get("status", "")
-        lease = Lease(state.lease_folder, checkpoint_id(st["key"]), 1.0).holder_record()
+        status = st.status
+        lease = Lease(state.lease_folder, checkpoint_id(st.key), 1.0).holder_record()
         if status == "running" and not (lease and not lease.expired):
             status = "interrupted"
-        rows[st["key"]] = {
-            "checkpoint": st["key"],
-            "step": st.get("step"),
+        rows[st.key] = {
+            "checkpoint": st.key,
+            "step": st.step,
             "status": status,
-            "attempts": st.get("attempts", 0),
-            "run_id": st.get("run_id"),
-            "error": (st.get("last_error") or "") if status == "failed" else "",
+            "attempts": st.attempts,
+            "run_id": st.run_id,
+            "error": st.last_error if status == "failed" else "",
         }
-        if st.get("run_id"):
-            rec = load_run(layout, st["run_id"])
+        if st.run_id:
+            rec = load_run(layout, st.run_id)
             if rec is not None and rec.status == "complete":
-                rows[st["key"]]["status"] = "done"
+                rows[st.key]["status"] = "done"
     if source:
         ck_quiet = base.checkpoints.quiet_seconds if base else 60.0
         revisions = base.checkpoints.revisions if base else ()

@@ -1,9 +1,10 @@
 """The ``mixscope`` command line: parse, call the library, format. Thin by design.
 
 One module per family of commands (analyze.py; jobs.py: run, validate, submit, status;
-results.py: sql, queries, query, compare, frequencies, report); the options that set spec
-fields are made from the spec itself (options.py). Nothing heavy (torch, transformers,
-ray) is imported at load, so ``--help`` is fast. Errors are one line and an exit code
+results.py: sql, queries, query, compare, frequencies, report; checkpoints.py: checkpoints
+sync, watch, list); the options that set spec fields are made from the spec itself
+(options.py). Nothing heavy (torch, transformers, ray) is imported at load, so ``--help``
+is fast. Errors are one line and an exit code
 (README: exit codes); ``--debug`` shows the traceback.
 """
 
@@ -58,8 +59,8 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
-    from mixscope.checkpoints.cli import checkpoints
     from mixscope.cli import analyze, jobs, results
+    from mixscope.cli.checkpoints import checkpoints
 
     for command in (
         analyze.analyze,

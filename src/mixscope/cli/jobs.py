@@ -144,7 +144,7 @@ def status(
     no_progress: bool,
 ) -> None:
     """Runs under ROOT: shards done / failed / pending, rows, throughput."""
-    from mixscope.runtime.status import status_document
+    from mixscope.status import status_document
 
     doc = status_document(
         root, run_ids, show_shards, show_actors, verify=verify, progress=not no_progress
@@ -156,7 +156,7 @@ def status(
 
         click.echo(json.dumps(doc, indent=2))
     else:
-        from mixscope.runtime.status import status_tables
+        from mixscope.status import status_tables
 
         for line in status_tables(doc):
             click.echo(line)
@@ -169,7 +169,7 @@ def status(
 
 def _verify_verdict(doc: dict[str, Any]) -> None:
     """``status --verify``'s last line (stderr); exit 1 when anything is damaged."""
-    from mixscope.runtime.status import verify_summary
+    from mixscope.status import verify_summary
 
     text, damaged = verify_summary(doc)
     click.echo(text, err=True)
@@ -178,9 +178,9 @@ def _verify_verdict(doc: dict[str, Any]) -> None:
 
 
 def _echo_actors(run_id: str, state: dict[str, Any] | None) -> None:
-    """The last ``actors.json`` of a run (runtime/pool_status.py) as two tables."""
+    """The last ``actors.json`` of a run (written by runtime/pool_status.py) as two tables."""
     from mixscope.format import aligned_table
-    from mixscope.runtime.pool_status import pool_tables
+    from mixscope.status import pool_tables
 
     if state is None:
         click.echo(f"\nrun {run_id}: no actor pool recorded (not run on Ray)")

@@ -97,10 +97,43 @@ def spec_values(params: Mapping[str, Any]) -> dict[str, Any]:
     return {_SPEC_PARAMS[n]: v for n, v in params.items() if n in _SPEC_PARAMS}
 
 
-def _apply(options: list[Decorator], func: Any) -> Any:
+def apply_options(options: list[Decorator], func: Any) -> Any:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def override_options(*, model: bool = True, address: bool = True) -> list[Decorator]:
+    """The short flags for the common spec fields, each made from its field: model, corpus,
+    output, workers, batch size, length, revision, measure groups and cluster address.
+    ``model=False`` leaves out ``--model`` and ``--revision`` (``checkpoints``: each
+    checkpoint is the model, and ``--revision`` there lists hub revisions);
+    ``address=False`` leaves ``--address`` to the command."""
+    options = [spec_option("model", "--model", "-m")] if model else []
+    options += [
+        spec_option("corpus.paths", "--corpus", "-c"),
+        spec_option("out", "--out", "-o"),
+        spec_option("runtime.workers", "--workers", "-w"),
+        spec_option("runtime.batch_size"),
+        spec_option("analysis.max_length"),
+    ]
+    if model:
+        options.append(spec_option("analysis.revision"))
+    options.append(spec_option("analysis.measures", metavar="GROUPS"))
+    if address:
+        options.append(spec_option("runtime.address"))
+    return options
+
+
+def set_option() -> Decorator:
+    """``--set key=value``: any spec field, after the YAML and before the flags."""
+    return click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override any spec field, e.g. analysis.mask_rate=0.12.",
+    )
 
 
 def job_options(*, address: bool = True) -> Decorator:
@@ -109,27 +142,10 @@ def job_options(*, address: bool = True) -> Decorator:
     ``--address`` to the command (``submit``: the Jobs API, not the cluster of a run)."""
     options: list[Decorator] = [
         click.argument("job", required=False, type=click.Path(dir_okay=False)),
-        spec_option("model", "--model", "-m"),
-        spec_option("corpus.paths", "--corpus", "-c"),
-        spec_option("out", "--out", "-o"),
-        spec_option("runtime.workers", "--workers", "-w"),
-        spec_option("runtime.batch_size"),
-        spec_option("analysis.max_length"),
-        spec_option("analysis.revision"),
-        spec_option("analysis.measures", metavar="GROUPS"),
+        *override_options(address=address),
+        set_option(),
     ]
-    if address:
-        options.append(spec_option("runtime.address"))
-    options.append(
-        click.option(
-            "--set",
-            "sets",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Override any spec field, e.g. analysis.mask_rate=0.12.",
-        )
-    )
-    return lambda func: _apply(options, func)
+    return lambda func: apply_options(options, func)
 
 
 def job_spec(job: str | None, sets: tuple[str, ...], params: Mapping[str, Any]) -> Any:
@@ -141,7 +157,7 @@ def job_spec(job: str | None, sets: tuple[str, ...], params: Mapping[str, Any]) 
 
 def sql_options(func: Any) -> Any:
     """The options of every command that answers with a query result."""
-    return _apply(
+    return apply_options(
         [
             format_option(("table", "csv", "json", "parquet"), "table"),
             output_option("Write the result to FILE instead of stdout."),

@@ -88,7 +88,7 @@ class CorpusPlan:
     def from_dict(cls, d: dict, where: str = "plan.json") -> CorpusPlan:
         """The plan of ``to_dict``; a plan without a key the pipeline needs (e.g. one written
         by hand with ``{start, stop}`` shards) is a ``CorruptRecordError`` naming it."""
-        from mixscope.store.layout import CorruptRecordError
+        from mixscope.errors import CorruptRecordError
 
         try:
             return cls(

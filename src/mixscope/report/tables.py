@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def _pairs(record: RunRecord | None) -> str:
     """The run's pair counts (kept, split, skipped) in words; "" without pairs."""
-    from mixscope.runtime.status import pair_counts
+    from mixscope.status import pair_counts
 
     return pair_counts(record.corpus.get("pairs") if record else None)
 

@@ -2,8 +2,9 @@
 
 The plan is made and the run identified exactly as ``run`` does (``driver.prepare`` with
 ``write=False``), one worker is built (the model loads on the job's device) and the first
-document is analysed with the exactness check on, so a spec that validates fails a run only
-on data or machines it did not see.
+document is analysed with the exactness check on (the engine ``analyze`` runs, on the
+worker's loaded model), so a spec that validates fails a run only on data or machines it
+did not see.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mixscope.config import JobSpec
+
+#: sequences per batch of the check (the first document: one, or two segments)
+CHECK_BATCH = 8
 
 
 @dataclass(frozen=True)
@@ -32,22 +36,24 @@ class JobCheck:
 
 def check_job(spec: JobSpec) -> JobCheck:
     """Plan, identify and analyse the first document of ``spec``; raises what a run would."""
-    from mixscope.api import analyze
+    from mixscope.corpus.encode import encode_documents, validate_documents
     from mixscope.corpus.plan import read_shard
+    from mixscope.mixing.batches import run_batches
+    from mixscope.mixing.engine import MixingEngine
     from mixscope.runtime.driver import prepare
     from mixscope.runtime.worker import ShardWorker
 
     prep = prepare(spec, write=False)
     worker = ShardWorker(spec, prep.run_id)
     doc = read_shard(prep.plan.shards[0], spec.corpus)[0]
-    table = analyze(
-        (worker.loaded.model, worker.loaded.tokenizer),
-        [doc.text],
+    seqs = encode_documents(  # what ``analyze`` runs, on the worker's own model
+        worker.loaded.tokenizer,
+        validate_documents([doc.text]),
         max_length=worker.max_length,
         mask_rate=spec.analysis.mask_rate,
         seed=spec.analysis.seed,
-        verify=True,
     )
+    run_batches(MixingEngine(worker.loaded, verify=True), seqs, CHECK_BATCH)
     layers = worker.engine.num_layers
     return JobCheck(
         run_id=prep.run_id,
@@ -59,6 +65,6 @@ def check_job(spec: JobSpec) -> JobCheck:
         docs=prep.plan.n_docs,
         shards=len(prep.plan.shards),
         bad=dict(prep.plan.bad),
-        first_doc_tokens=table.num_rows // layers,
+        first_doc_tokens=sum(len(q) for q in seqs),
         out=spec.out,
     )

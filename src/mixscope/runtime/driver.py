@@ -128,11 +128,11 @@ def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
     options = identity_options(spec, max_length, selection.groups)
     run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)
     layout = Layout.open(spec.out)
-    stored = layout.read_json(f"{layout.run_dir(run_id)}/plan.json")
+    stored = layout.read_json(layout.plan_path(run_id))
     if stored is not None:
         plan = CorpusPlan.from_dict(stored)  # resume on the plan the run started with
     elif write:
-        layout.write_json(f"{layout.run_dir(run_id)}/plan.json", plan.to_dict())
+        layout.write_json(layout.plan_path(run_id), plan.to_dict())
     record = replace(
         load_run(layout, run_id) or RunRecord(run_id=run_id, created_at=now()),
         name=spec.name,

@@ -7,7 +7,8 @@ Per node: alive or lost (and why), its actors. Per job: how long Ray took to sta
 the first actor was ready and the first shard done and, once the job ends, the
 actor-seconds left idle at its end (the tail). Written atomically
 (``Layout.write_json``: temporary name, then rename) at most every ``EVERY`` seconds and
-at the end, by the driver's process only; readers never see half a file.
+at the end, by the driver's process only; readers never see half a file. Reading it is
+``mixscope/status.py`` (``read_pool_status``, ``pool_tables``): status is a view.
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from mixscope.runtime.actor_pool import ActorPool
 
 EVERY = 2.0
-FILE = "actors.json"
 
 
 class PoolStatus:
     def __init__(self, root: str, run_id: str, pool: ActorPool, ray_start_seconds: float):
         self.layout = Layout.open(root)
-        self.path = f"{self.layout.run_dir(run_id)}/{FILE}"
+        self.path = self.layout.actors_path(run_id)
         self.pool = pool
         self.started = time.time()
         self.last = 0.0
@@ -85,22 +85,3 @@ class PoolStatus:
             self.layout.write_json(self.path, self.snapshot())
         except OSError:  # status is a view: a full disk must not stop the job here
             pass
-
-
-def read_pool_status(root: str, run_id: str) -> dict[str, Any] | None:
-    """The last ``actors.json`` of a run, or None (a run of the local executor has none)."""
-    layout = Layout.open(root)
-    data = layout.read_json(f"{layout.run_dir(run_id)}/{FILE}")
-    return data if isinstance(data, dict) else None
-
-
-def pool_tables(state: dict[str, Any]) -> list[tuple[list[str], list[list[Any]]]]:
-    """``actors.json`` as (headers, rows) tables: actors, then nodes (``status --actors``)."""
-    actor_cols = ["actor", "node", "state", "shard", "shards", "tokens", "tok/s", "start_s"]
-    actor_cols += ["load_s", "error"]
-    cut = {"node": 12, "error": 60}
-    actors = [[str(a.get(c, ""))[: cut[c]] if c in cut else a.get(c, "") for c in actor_cols]
-              for a in state.get("actors", [])]  # fmt: skip
-    node_cols = ["node", "address", "alive", "actors", "actor_deaths", "lost"]
-    nodes = [[n.get(c, "") for c in node_cols] for n in state.get("nodes", [])]
-    return [(actor_cols, actors), (node_cols, nodes)]

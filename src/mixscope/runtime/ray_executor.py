@@ -32,32 +32,15 @@ from typing import Any
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import Shard
 from mixscope.errors import MixscopeError, first_line, one_line
-from mixscope.runtime import faults
 from mixscope.runtime.actor_pool import POLL, Actor, ActorPool
 from mixscope.runtime.auth import auth_hint, quiet_default_token_notice, use_local_token
+from mixscope.runtime.environment import worker_env
 from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.executor import RetryPolicy
 from mixscope.runtime.node_health import NodeHealth
 from mixscope.runtime.pool_status import PoolStatus
 from mixscope.runtime.ray_actor import RayShardWorker
 from mixscope.runtime.scheduling import order_shards
-
-FORWARDED_ENV: tuple[str, ...] = (
-    faults.ENV,
-    "HF_HUB_OFFLINE",
-    "HF_HOME",
-    "HF_TOKEN",
-    "TRANSFORMERS_VERBOSITY",
-)
-# object-store roots and corpora (docs/storage.md): the workers write and read them too
-FORWARDED_ENV += tuple(
-    f"AWS_{k}"
-    for k in (
-        "ENDPOINT_URL", "ENDPOINT_URL_S3", "REGION", "DEFAULT_REGION", "PROFILE",
-        "ACCESS_KEY_ID", "SECRET_ACCESS_KEY", "SESSION_TOKEN",
-    )
-)  # fmt: skip
-
 
 #: how many times this process called ``ray.init`` (a sync of many checkpoints needs one:
 #: tests/test_checkpoints.py, benchmarks/startup.py)
@@ -154,10 +137,7 @@ class RayExecutor:
             self.max_workers = min(self.max_workers, capacity)
             self.min_workers = min(self.min_workers, self.max_workers)
         # the driver's settings travel with each actor (a cluster's workers have their own env)
-        env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-        env.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        self.env = env
+        self.env = worker_env(os.environ)  # runtime/environment.py
         self.bundle = {"CPU": float(r.cpus_per_worker), "GPU": float(self.num_gpus)}
         self.actor_cls = self.ray.remote(RayShardWorker)
         self.actor_options = {

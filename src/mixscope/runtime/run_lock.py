@@ -64,7 +64,7 @@ def run_lock(layout: Layout, run_id: str) -> Iterator[None]:
     if not layout.is_local:
         from mixscope.store.lease import Lease
 
-        lease = Lease(f"{layout.root.rstrip('/')}/_mixscope/runs/{run_id}", "driver", TTL)
+        lease = Lease(layout.run_lease_folder(run_id), "driver", TTL)
         if not lease.acquire():
             raise RunBusyError(busy.format(_holder_text(lease.holder() or {})))
         try:
@@ -75,9 +75,9 @@ def run_lock(layout: Layout, run_id: str) -> Iterator[None]:
 
     import fcntl
 
-    folder = layout.run_dir(run_id)
-    os.makedirs(folder, exist_ok=True)
-    fd = os.open(f"{folder}/driver.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    path = layout.lock_path(run_id)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,29 +20,9 @@ from typing import Any
 from mixscope.config import JobSpec
 from mixscope.errors import MixscopeError, first_line
 from mixscope.runtime.auth import auth_hint, use_local_token
+from mixscope.runtime.environment import job_env
 
 AGENT_WAIT_SECONDS = 300  # a freshly started head can take minutes on a busy machine
-
-# not HF_HOME: a local cache path rarely exists on the cluster
-FORWARDED_ENV = (
-    "HF_HUB_OFFLINE",
-    "HF_TOKEN",
-    "HF_ENDPOINT",
-    "TRANSFORMERS_VERBOSITY",
-    "MIXSCOPE_PROGRESS_INTERVAL",
-)
-#: every variable with this prefix travels too (credentials, region, ``AWS_ENDPOINT_URL``,
-#: profile), so an ``s3://`` output or corpus is reached from the job as from this shell
-FORWARDED_PREFIXES = ("AWS_",)
-
-
-def job_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables of this shell that the Ray job's ``runtime_env`` carries (those set)."""
-    return {
-        k: v
-        for k, v in environ.items()
-        if k in FORWARDED_ENV or any(k.startswith(p) for p in FORWARDED_PREFIXES)
-    }
 
 
 def submission_id(spec: JobSpec) -> str:

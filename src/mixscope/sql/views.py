@@ -28,9 +28,8 @@ from mixscope.mixing.measures import MeasureSet
 from mixscope.sql.macros import create_macros
 from mixscope.sql.measure_tables import create_measure_tables, measures_of_runs, runs_in
 from mixscope.sql.runs_table import create_runs_table
-from mixscope.stats import consolidate as consolidation
 from mixscope.stats.singletons import sql_value
-from mixscope.store import manifest
+from mixscope.store import generations, manifest
 from mixscope.store.layout import Layout
 from mixscope.store.references import reference_files
 from mixscope.store.runs import load_runs
@@ -119,7 +118,7 @@ STRINGS_APART = 4
 
 
 def _stats_view(
-    con: Any, base: StatsKind, files: consolidation.StatsFiles, runs: dict[str, MeasureSet]
+    con: Any, base: StatsKind, files: generations.StatsFiles, runs: dict[str, MeasureSet]
 ) -> None:
     """The view ``kind.name``: the statistics of every committed shard once; long by measure.
 
@@ -215,7 +214,7 @@ def _with_strings(con: Any, kind: StatsKind, by_id: str, after_keys: list[str]) 
 
 
 def _token_strings_view(
-    con: Any, strings: consolidation.StatsFiles, legacy: consolidation.StatsFiles
+    con: Any, strings: generations.StatsFiles, legacy: generations.StatsFiles
 ) -> None:
     """``token_strings``: each token id's string, per run; runs before schema 4 (``legacy``:
     their token_stats files, which carry the string on every row) included."""
@@ -305,10 +304,10 @@ def connect(  # noqa: C901 - each branch one optional view, in order
         con.execute(f"SET memory_limit = {_quote(memory_limit)}")
     runs = [r for r in load_runs(layout) if run_ids is None or r.run_id in run_ids]
     _refuse_damaged(layout, [r.run_id for r in runs])
-    stats = consolidation.sources(layout, run_ids)
+    stats = generations.sources(layout, run_ids)
     # runs before schema 4 keep token strings in their token_stats (and token_hist) files
     older = [r.run_id for r in runs if int(r.options.get("schema_version") or 0) < STRINGS_APART]
-    legacy = consolidation.sources(layout, older, kinds=("token_stats",))["token_stats"]
+    legacy = generations.sources(layout, older, kinds=("token_stats",))["token_stats"]
     for files in [*stats.values(), legacy]:  # as DuckDB names them (s3://… on S3 roots)
         files.consolidated = [layout.uri(p) for p in files.consolidated]
         files.merging = [layout.uri(p) for p in files.merging]

@@ -1,9 +1,9 @@
 """Consolidation: a run's per-shard statistics merged into one table per kind, exactly once.
 
-Generation ``g`` of a run is the record ``_mixscope/runs/<run>/stats/<g>.json``: the set of
-shards it covers and one immutable file per statistics kind. Generation g+1 merges g's
-files with the partials of committed shards g does not cover, writes new files under new
-names, then creates its record exclusively (the one commit point; a concurrent
+Generation ``g`` of a run is the record ``_mixscope/runs/<run>/stats/<g>.json``
+(``store/generations.py``: the records, and which files readers take). Generation g+1
+merges g's files with the partials of committed shards g does not cover, writes new files
+under new names, then creates its record exclusively (the one commit point; a concurrent
 consolidator that loses the race discards its files). Only then are the merged partials
 and g's files deleted.
 
@@ -11,90 +11,19 @@ Readers take the newest record and add the partials of committed shards it does 
 cover, so every committed shard is counted exactly once at any moment, also while a job
 runs; a crash at any step leaves either the old or the new generation in force. A reader
 that listed files just before a consolidation deleted them gets a clear error (query
-again), never a partial answer.
+again), never a partial answer. This module is the merge arithmetic: exact sums in
+integer limbs, the same bits for any merge order.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from mixscope.store import manifest
-from mixscope.store.layout import CorruptRecordError, Layout
-from mixscope.store.runs import now
+from mixscope.store.generations import Generation, latest
+from mixscope.store.layout import Layout
 from mixscope.store.schema import EXACT_LIMBS, EXACT_LO_BITS, EXACT_SCALE_BITS, STATS, StatsKind
-
-FORMAT = 1
-
-
-@dataclass
-class Generation:
-    generation: int = 0
-    shards: frozenset[int] = frozenset()
-    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind → manifest entry
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "generation": self.generation,
-            "shards": sorted(self.shards),
-            "files": self.files,
-            "created_at": now(),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Generation:
-        return cls(int(d["generation"]), frozenset(int(s) for s in d["shards"]), d["files"])
-
-
-def latest(layout: Layout, run_id: str) -> Generation:
-    """The newest consolidation of the run (generation 0, covering nothing, if none)."""
-    for path in reversed(layout.list_files(layout.consolidation_dir(run_id), ".json")):
-        try:
-            rec = layout.read_json(path)
-        except CorruptRecordError:  # damaged: store/verify.py finds the files it named
-            continue
-        if rec is not None:
-            return Generation.from_dict(rec)
-    return Generation()
-
-
-@dataclass
-class StatsFiles:
-    """Where one kind's statistics are, for readers."""
-
-    consolidated: list[str] = field(default_factory=list)  # runs fully consolidated: unique keys
-    merging: list[str] = field(default_factory=list)  # the rest: generation + partials to merge
-
-
-def sources(
-    layout: Layout, run_ids: list[str] | None = None, kinds: tuple[str, ...] = tuple(STATS)
-) -> dict[str, StatsFiles]:
-    """kind → the files that hold each committed shard's statistics exactly once."""
-    runs = run_ids if run_ids is not None else layout.list_dirs(layout.runs_dir())
-    out = {k: StatsFiles() for k in kinds}
-    for run_id in runs:
-        gen = latest(layout, run_id)  # the record first: shards committed later are partials
-        partials: dict[str, list[str]] = {k: [] for k in kinds}
-        for shard_id, rec in manifest.commits(layout, run_id).items():
-            if shard_id in gen.shards:
-                continue
-            for kind in kinds:
-                if kind in rec.files:
-                    partials[kind].append(layout.absolute(rec.files[kind].path))
-        for kind in kinds:
-            files = [layout.absolute(gen.files[kind]["path"])] if kind in gen.files else []
-            if partials[kind]:
-                out[kind].merging += files + partials[kind]
-            else:
-                out[kind].consolidated += files
-    for f in out.values():
-        f.consolidated.sort()
-        f.merging.sort()
-    return out
 
 
 def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
@@ -127,7 +56,7 @@ def consolidate(layout: Layout, run_id: str, *, min_new: int = 1) -> Generation:
         merged = exact(kind, merge(kind, [with_exact(kind, p) for p in parts]))
         path = layout.generation_file(kind_name, run_id, nxt.generation)
         nxt.files[kind_name] = write_parquet(layout, path, merged, stats=True)
-    record = f"{layout.consolidation_dir(run_id)}/{nxt.generation:06d}.json"
+    record = layout.generation_record(run_id, nxt.generation)
     if not layout.write_json_exclusive(record, nxt.to_dict()):
         for entry in nxt.files.values():  # another consolidator made this generation
             layout.delete(layout.absolute(entry["path"]))

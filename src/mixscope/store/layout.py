@@ -9,6 +9,13 @@
     ROOT/_mixscope/runs/<run>/commits/<shard>.json       the manifest: one record per shard
     ROOT/_mixscope/runs/<run>/failures/<shard>.json      last error of a failed shard
     ROOT/_mixscope/runs/<run>/stats/<g>.json             consolidation g: its files, shards
+    ROOT/_mixscope/runs/<run>/actors.json                the actor pool's last state
+    ROOT/_mixscope/runs/<run>/driver.lock                the run lock (local roots; a lease
+                                                         ``driver.lease`` on object stores)
+    ROOT/_mixscope/checkpoints/<id>.json                 a checkpoint's sync state
+    ROOT/_mixscope/checkpoints/leases/<id>.lease         who analyses a checkpoint now
+
+Every path is built here (one method each): no other module spells a file name.
 
 Data folders are hive-partitioned by ``run_id`` so pandas, polars, DuckDB and Spark read
 them directly; the ``_mixscope`` folder starts with ``_`` so dataset readers skip it.
@@ -31,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from mixscope.errors import MixscopeError
+from mixscope.errors import CorruptRecordError, MixscopeError
 from mixscope.store.atomic import temp_name
 
 
@@ -52,15 +59,9 @@ def open_root(root: str) -> tuple[pafs.FileSystem, str]:
         try:
             spec_fs = fsspec.filesystem(protocol)
         except (ImportError, ValueError) as exc:
-            from mixscope.errors import MixscopeError
-
             raise MixscopeError(f"no filesystem for output root {root}: {exc}") from None
         return pafs.PyFileSystem(pafs.FSSpecHandler(spec_fs)), "/" + rest.strip("/")
     return fs, path.rstrip("/")
-
-
-class CorruptRecordError(MixscopeError):
-    """A record (commit, run, plan, consolidation) that no longer parses."""
 
 
 @dataclass
@@ -114,17 +115,66 @@ class Layout:
     def consolidation_dir(self, run_id: str) -> str:
         return f"{self.run_dir(run_id)}/stats"
 
+    def generation_record(self, run_id: str, generation: int) -> str:
+        """Consolidation ``generation``'s record (store/generations.py)."""
+        return f"{self.consolidation_dir(run_id)}/{generation:06d}.json"
+
     def run_dir(self, run_id: str) -> str:
         return f"{self.base}/_mixscope/runs/{run_id}"
 
     def runs_dir(self) -> str:
         return f"{self.base}/_mixscope/runs"
 
+    def run_record_path(self, run_id: str) -> str:
+        """The run record (store/run_record.py)."""
+        return f"{self.run_dir(run_id)}/run.json"
+
+    def plan_path(self, run_id: str) -> str:
+        """The run's shard plan (corpus/plan.py)."""
+        return f"{self.run_dir(run_id)}/plan.json"
+
+    def actors_path(self, run_id: str) -> str:
+        """The actor pool's last state (runtime/pool_status.py)."""
+        return f"{self.run_dir(run_id)}/actors.json"
+
+    def lock_path(self, run_id: str) -> str:
+        """The local run lock's file (runtime/run_lock.py: ``flock``)."""
+        return f"{self.run_dir(run_id)}/driver.lock"
+
+    def run_lease_folder(self, run_id: str) -> str:
+        """Where an object-store root's run lock lives, as a URI (store/lease.py)."""
+        return self._root_uri(f"_mixscope/runs/{run_id}")
+
+    def checkpoints_dir(self) -> str:
+        """The per-checkpoint state records (checkpoints/state.py)."""
+        return f"{self.base}/_mixscope/checkpoints"
+
+    def checkpoint_state_path(self, checkpoint_id: str) -> str:
+        return f"{self.checkpoints_dir()}/{checkpoint_id}.json"
+
+    def checkpoint_lease_folder(self) -> str:
+        """Where the checkpoint leases live: a local folder, or a URI (store/lease.py)."""
+        if self.is_local:
+            return f"{self.checkpoints_dir()}/leases"
+        return self._root_uri("_mixscope/checkpoints/leases")
+
+    def _root_uri(self, sub: str) -> str:
+        """``sub`` under the root as a URI, the root's query (``?endpoint_override=…``) kept
+        at the end."""
+        base, _, query = self.root.partition("?")
+        return f"{base.rstrip('/')}/{sub}" + (f"?{query}" if query else "")
+
+    def commits_dir(self, run_id: str) -> str:
+        return f"{self.run_dir(run_id)}/commits"
+
     def commit_file(self, run_id: str, shard_id: int) -> str:
-        return f"{self.run_dir(run_id)}/commits/{shard_id:06d}.json"
+        return f"{self.commits_dir(run_id)}/{shard_id:06d}.json"
+
+    def failures_dir(self, run_id: str) -> str:
+        return f"{self.run_dir(run_id)}/failures"
 
     def failure_file(self, run_id: str, shard_id: int) -> str:
-        return f"{self.run_dir(run_id)}/failures/{shard_id:06d}.json"
+        return f"{self.failures_dir(run_id)}/{shard_id:06d}.json"
 
     def relative(self, path: str) -> str:
         """``path`` relative to the root, as commit records store it (a root can be moved)."""

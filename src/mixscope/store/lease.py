@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from mixscope.store.layout import CorruptRecordError
+from mixscope.errors import CorruptRecordError
 from mixscope.store.records import need
 
 #: a guard older than this was left by a crashed process

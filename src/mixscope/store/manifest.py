@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mixscope.store.layout import CorruptRecordError, Layout
+from mixscope.errors import CorruptRecordError
+from mixscope.store.layout import Layout
 from mixscope.store.records import CommitRecord, FailureRecord
 
 R = TypeVar("R", CommitRecord, FailureRecord)
@@ -49,15 +50,11 @@ def read_records(
 
 def commits(layout: Layout, run_id: str) -> dict[int, CommitRecord]:
     """shard_id → commit record, for every committed shard of the run."""
-    return read_records(layout, commits_dir(layout, run_id), CommitRecord.from_json)[0]
+    return read_records(layout, layout.commits_dir(run_id), CommitRecord.from_json)[0]
 
 
 def failures(layout: Layout, run_id: str) -> dict[int, FailureRecord]:
-    return read_records(layout, f"{layout.run_dir(run_id)}/failures", FailureRecord.from_json)[0]
-
-
-def commits_dir(layout: Layout, run_id: str) -> str:
-    return f"{layout.run_dir(run_id)}/commits"
+    return read_records(layout, layout.failures_dir(run_id), FailureRecord.from_json)[0]
 
 
 def committed_files_by_kind(

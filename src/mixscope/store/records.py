@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from mixscope.store.layout import CorruptRecordError
+from mixscope.errors import CorruptRecordError
 
 #: version of the commit and failure records (0: records written before it was stored)
 RECORD_FORMAT = 1

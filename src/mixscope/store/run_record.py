@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from mixscope.store.layout import CorruptRecordError
+from mixscope.errors import CorruptRecordError
 from mixscope.store.records import known_keys, need
 
 #: version of the run record (0: records written before it was stored)

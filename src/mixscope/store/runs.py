@@ -88,7 +88,7 @@ def now() -> str:
 
 def load_run(layout: Layout, run_id: str) -> RunRecord | None:
     """The typed run record; None if the run has none; ``CorruptRecordError`` if damaged."""
-    path = f"{layout.run_dir(run_id)}/run.json"
+    path = layout.run_record_path(run_id)
     data = layout.read_json(path)
     return None if data is None else RunRecord.from_json(data, layout.relative(path))
 
@@ -107,7 +107,7 @@ def write_run(layout: Layout, record: RunRecord) -> RunRecord:
     """Write the run record, stamped ``updated_at`` and the current format; returns what
     was written."""
     typed = replace(record, updated_at=now(), format=RUN_FORMAT)
-    layout.write_json(f"{layout.run_dir(typed.run_id)}/run.json", typed.to_json())
+    layout.write_json(layout.run_record_path(typed.run_id), typed.to_json())
     return typed
 
 

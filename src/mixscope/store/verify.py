@@ -147,11 +147,11 @@ class Promised:
 
 
 def _expected(layout: Layout, run_id: str) -> Promised:
-    from mixscope.stats.consolidate import latest
+    from mixscope.store.generations import latest
     from mixscope.store.schema import STATS
 
     commits, unreadable = manifest.read_records(
-        layout, manifest.commits_dir(layout, run_id), CommitRecord.from_json
+        layout, layout.commits_dir(run_id), CommitRecord.from_json
     )
     bad = []
     for path in unreadable:
@@ -243,7 +243,7 @@ def _records_listing(layout: Layout, run_id: str) -> tuple:
     folder listings, no file read. A commit, a consolidation, a record rewritten or
     truncated changes it."""
     out = []
-    for folder in (manifest.commits_dir(layout, run_id), layout.consolidation_dir(run_id)):
+    for folder in (layout.commits_dir(run_id), layout.consolidation_dir(run_id)):
         infos = layout.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
         out += sorted((i.path, i.size, i.mtime_ns) for i in infos)
     return tuple(out)
@@ -264,7 +264,7 @@ def check_run_cached(layout: Layout, run_id: str) -> list[Damage]:
 
 def repair_plan(layout: Layout, run_id: str, damage: list[Damage]) -> tuple[set[int], bool]:
     """(shards to redo, whether the consolidated statistics are withdrawn)."""
-    from mixscope.stats.consolidate import latest
+    from mixscope.store.generations import latest
 
     redo = {d.shard for d in damage if d.shard is not None}
     withdraw = any(d.shard is None for d in damage)
@@ -275,7 +275,7 @@ def repair_plan(layout: Layout, run_id: str, damage: list[Damage]) -> tuple[set[
 
 def repair(layout: Layout, run_id: str, damage: list[Damage]) -> set[int]:
     """Make the damaged shards pending again (the caller then runs them); the shards."""
-    from mixscope.stats.consolidate import latest
+    from mixscope.store.generations import latest
 
     redo, withdraw = repair_plan(layout, run_id, damage)
     if withdraw:  # every generation record: the older ones' files were deleted already

@@ -1,4 +1,9 @@
-"""What ``mixscope status`` shows: per run, shards done / failed / pending, rows, throughput."""
+"""What ``mixscope status`` shows: per run, shards done / failed / pending, rows, throughput,
+and the actor pool's last state.
+
+A read-side view of the results root (the records of ``store/``), not execution: the CLI,
+the results API and the report read it; nothing here runs a job.
+"""
 
 from __future__ import annotations
 
@@ -146,7 +151,7 @@ def shard_status(
     from mixscope.errors import MixscopeError
 
     layout = Layout.open(root)
-    path = f"{layout.run_dir(run_id)}/plan.json"
+    path = layout.plan_path(run_id)
     stored = layout.read_json(path)
     if stored is None:
         raise MixscopeError(f"no run {run_id} under {root}")
@@ -193,11 +198,10 @@ def status_document(
     run with its ``shards`` and its actor ``pool`` when asked (every key documented in
     docs/status.md); ``verify``: its ``damaged`` from every byte hashed (``run_status``).
 
-    The pool is the run's last ``actors.json`` as written (``runtime/pool_status.py``), or
-    None for a run without one (the local executor): the document carries what the
-    ``--actors`` tables show, so a script never has to parse them."""
-    from mixscope.runtime.pool_status import read_pool_status
-
+    The pool is the run's last ``actors.json`` as the driver wrote it
+    (``runtime/pool_status.py``), or None for a run without one (the local executor): the
+    document carries what the ``--actors`` tables show, so a script never has to parse
+    them."""
     runs = run_status(root, run_ids, verify=verify, progress=progress)
     for r in runs if shards else ():
         damaged: dict[int, str] = {}  # the run's own verification: no second pass
@@ -275,3 +279,22 @@ def verify_summary(doc: dict) -> tuple[str, bool]:
         "(a generation: the shards it covers)",
         True,
     )
+
+
+def read_pool_status(root: str, run_id: str) -> dict[str, Any] | None:
+    """The last ``actors.json`` of a run, or None (a run of the local executor has none)."""
+    layout = Layout.open(root)
+    data = layout.read_json(layout.actors_path(run_id))
+    return data if isinstance(data, dict) else None
+
+
+def pool_tables(state: dict[str, Any]) -> list[tuple[list[str], list[list[Any]]]]:
+    """``actors.json`` as (headers, rows) tables: actors, then nodes (``status --actors``)."""
+    actor_cols = ["actor", "node", "state", "shard", "shards", "tokens", "tok/s", "start_s"]
+    actor_cols += ["load_s", "error"]
+    cut = {"node": 12, "error": 60}
+    actors = [[str(a.get(c, ""))[: cut[c]] if c in cut else a.get(c, "") for c in actor_cols]
+              for a in state.get("actors", [])]  # fmt: skip
+    node_cols = ["node", "address", "alive", "actors", "actor_deaths", "lost"]
+    nodes = [[n.get(c, "") for c in node_cols] for n in state.get("nodes", [])]
+    return [(actor_cols, actors), (node_cols, nodes)]

@@ -1,4 +1,8 @@
-"""``mixscope checkpoints sync | watch | list`` (imports nothing heavy at load)."""
+"""``mixscope checkpoints sync | watch | list`` (imports nothing heavy at load).
+
+The spec overrides of ``sync`` and ``watch`` are the ones ``run`` takes
+(``options.override_options``: each flag made from its spec field), with ``--job`` for the
+spec; the pass itself is ``checkpoints/sync.py``."""
 
 from __future__ import annotations
 
@@ -9,18 +13,15 @@ from typing import Any
 
 import click
 
-from mixscope.cli.options import spec_option
+from mixscope.cli.options import apply_options, job_spec, override_options, set_option, spec_option
 from mixscope.errors import MixscopeError
 
 
 def _options(func: Any) -> Any:
+    """The flags of ``sync`` and ``watch``: the job (``--job``), the checkpoints' source and
+    hub revisions, then the same spec overrides as ``run`` (made from the spec's fields)."""
     opts = [
-        click.option(
-            "--source",
-            "-s",
-            default=None,
-            help="Trainer output dir, folder of model folders, or hub:ORG/NAME.",
-        ),
+        spec_option("checkpoints.source", "--source", "-s"),
         click.option(
             "--job",
             "-j",
@@ -28,21 +29,13 @@ def _options(func: Any) -> Any:
             type=click.Path(dir_okay=False),
             help="Job spec (probe corpus, options, output).",
         ),
-        click.option("--out", "-o", default=None, help="Results root (default: the job's)."),
-        click.option("--corpus", "-c", multiple=True, help="Probe corpus file, directory or glob."),
         click.option(
             "--revision",
             "revisions",
             multiple=True,
             help="Hub revisions to analyse (repeatable), for a hub: source.",
         ),
-        click.option("--workers", "-w", type=int, default=None),
-        click.option("--batch-size", type=int, default=None),
-        click.option("--max-length", type=int, default=None),
-        spec_option("analysis.measures", metavar="GROUPS"),
-        click.option(
-            "--address", default=None, help="Ray cluster to run on (else RAY_ADDRESS, else local)."
-        ),
+        *override_options(model=False),
         click.option(
             "--submit",
             "submit_address",
@@ -50,51 +43,18 @@ def _options(func: Any) -> Any:
             metavar="URL",
             help="Submit each run through the Ray Jobs API at URL instead.",
         ),
-        click.option(
-            "--quiet-period",
-            type=float,
-            default=None,
-            help="Seconds a checkpoint must be unchanged.",
-        ),
+        spec_option("checkpoints.quiet_seconds", "--quiet-period"),
         click.option(
             "--retry-failed", is_flag=True, help="Retry checkpoints that failed too often."
         ),
-        click.option(
-            "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any spec field."
-        ),
+        set_option(),
     ]
-    for o in reversed(opts):
-        func = o(func)
-    return func
+    return apply_options(opts, func)
 
 
-def _base_spec(
-    job,
-    out,
-    corpus,
-    workers,
-    batch_size,
-    max_length,
-    address,
-    quiet_period,
-    sets,
-    source,
-    measures=(),
-):
-    from mixscope.config import spec_from_flags
-
-    flags = {
-        "out": out,
-        "corpus.paths": list(corpus) if corpus else None,
-        "runtime.workers": workers,
-        "runtime.batch_size": batch_size,
-        "analysis.max_length": max_length,
-        "runtime.address": address,
-        "checkpoints.quiet_seconds": quiet_period,
-        "checkpoints.source": source,
-        "analysis.measures": list(measures) if measures else None,
-    }
-    spec = spec_from_flags(job, sets, flags)
+def _base_spec(job: str | None, sets: tuple[str, ...], params: dict[str, Any]) -> Any:
+    """The job's spec with ``--set`` and the flags applied; it must name a source."""
+    spec = job_spec(job, sets, params)
     if not spec.checkpoints.source:
         raise MixscopeError("no checkpoint source: pass --source or set checkpoints.source")
     return spec
@@ -137,35 +97,15 @@ def checkpoints() -> None:
 @checkpoints.command()
 @_options
 def sync(
-    source,
-    job,
-    out,
-    corpus,
-    revisions,
-    workers,
-    batch_size,
-    max_length,
-    analysis__measures,
-    address,
-    submit_address,
-    quiet_period,
-    retry_failed,
-    sets,
+    job: str | None,
+    revisions: tuple[str, ...],
+    submit_address: str | None,
+    retry_failed: bool,
+    sets: tuple[str, ...],
+    **params: Any,
 ) -> None:
     """One reconcile pass: analyse every complete checkpoint not analysed yet, oldest first."""
-    spec = _base_spec(
-        job,
-        out,
-        corpus,
-        workers,
-        batch_size,
-        max_length,
-        address,
-        quiet_period,
-        sets,
-        source,
-        analysis__measures,
-    )
+    spec = _base_spec(job, sets, params)
     report = _pass(spec, revisions, retry_failed, submit_address)
     _print_report(report)
     if report.count("failed"):
@@ -181,37 +121,17 @@ def sync(
     "--passes", type=int, default=None, help="Stop after this many passes (default: forever)."
 )
 def watch(
-    source,
-    job,
-    out,
-    corpus,
-    revisions,
-    workers,
-    batch_size,
-    max_length,
-    analysis__measures,
-    address,
-    submit_address,
-    quiet_period,
-    retry_failed,
-    sets,
-    interval,
-    passes,
+    job: str | None,
+    revisions: tuple[str, ...],
+    submit_address: str | None,
+    retry_failed: bool,
+    sets: tuple[str, ...],
+    interval: float | None,
+    passes: int | None,
+    **params: Any,
 ) -> None:
     """The sync pass in a loop; Ctrl-C or SIGTERM stops cleanly after the current run."""
-    spec = _base_spec(
-        job,
-        out,
-        corpus,
-        workers,
-        batch_size,
-        max_length,
-        address,
-        quiet_period,
-        sets,
-        source,
-        analysis__measures,
-    )
+    spec = _base_spec(job, sets, params)
     stop = threading.Event()
 
     def request_stop(signum, _frame):
