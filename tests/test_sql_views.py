@@ -217,7 +217,7 @@ def test_uncommitted_and_partial_files_are_invisible(tmp_path):
     assert after == before
     assert after["rows"][1] < 999_990
     for name, q in all_queries().items():  # every query still runs
-        if q.group:  # a measure group's query (none here): tests/test_measure_runs.py
+        if q.groups:  # a measure group's query (none here): tests/test_measure_runs.py
             continue
         params = {"a": edge, "b": "ckpt-100"} if name.startswith("compare_") else {}
         assert run_query(con, name, params).fetchall() is not None, q.name

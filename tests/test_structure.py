@@ -28,8 +28,14 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mixscope"
 MODULES = sorted(SRC.rglob("*.py"))
 QUERIES = sorted((SRC / "queries").glob("*.sql"))
 MAX_LINES = 400
-#: the only modules that may import ray (runtime/executor.py is the contract they implement)
-RAY_MODULES = {"runtime/actor_pool.py", "runtime/ray_executor.py", "runtime/submit.py"}
+#: the only modules that may import ray (runtime/executor.py is the contract they implement;
+#: runtime/auth.py re-reads Ray's settings before a driver attaches)
+RAY_MODULES = {
+    "runtime/actor_pool.py",
+    "runtime/auth.py",
+    "runtime/ray_executor.py",
+    "runtime/submit.py",
+}
 
 
 def _rel(path: Path) -> str:
