@@ -1,6 +1,6 @@
 """``mixscope validate``: everything a run would need, tried on one document, nothing written.
 
-The plan is made and the run identified exactly as ``run`` does (``driver.prepare`` with
+The plan is made and the run identified exactly as ``run`` does (``prepare.prepare`` with
 ``write=False``), one worker is built (the model loads on the job's device) and the first
 document is analysed with the exactness check on, so a spec that validates fails a run only
 on data or machines it did not see.
@@ -34,16 +34,16 @@ def check_job(spec: JobSpec) -> JobCheck:
     """Plan, identify and analyse the first document of ``spec``; raises what a run would."""
     from mixscope.api import analyze
     from mixscope.corpus.plan import read_shard
-    from mixscope.runtime.driver import prepare
+    from mixscope.runtime.prepare import prepare
     from mixscope.runtime.worker import ShardWorker
 
     prep = prepare(spec, write=False)
-    worker = ShardWorker(spec, prep.run_id)
+    worker = ShardWorker(spec, prep.run_id, prep.max_length)
     doc = read_shard(prep.plan.shards[0], spec.corpus)[0]
     table = analyze(
         (worker.loaded.model, worker.loaded.tokenizer),
         [doc.text],
-        max_length=worker.max_length,
+        max_length=prep.max_length,
         mask_rate=spec.analysis.mask_rate,
         seed=spec.analysis.seed,
         verify=True,
