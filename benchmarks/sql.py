@@ -151,11 +151,11 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
     """A complete, consolidated run of about ``rows`` token-layer rows; sizes and times."""
     from mixscope.config import OutputSpec
     from mixscope.runtime.results import ShardResults
+    from mixscope.runtime.shard_result import ShardResult
     from mixscope.stats.block import Vocabulary
     from mixscope.stats.consolidate import consolidate
     from mixscope.store.layout import Layout
     from mixscope.store.manifest import commit_shard
-    from mixscope.store.records import CommitRecord
     from mixscope.store.run_record import RunRecord
     from mixscope.store.runs import now, write_run
     from mixscope.store.schema import SCHEMA_VERSION
@@ -204,18 +204,18 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
         t2 = time.perf_counter()
         gen_s += t1 - t0
         host_s += t2 - t1
-        result = {
-            "run_id": run_id,
-            "shard_id": shard_id,
-            "docs": count,
-            "sequences": count,
-            "tokens": results.tokens,
-            "rows": results.rows,
-            "detail_rows": results.detail_rows,
-            "files": files,
-            "seconds": round(t2 - t1, 3),
-        }
-        commit_shard(layout, run_id, CommitRecord.from_result(result, 1, now()))
+        result = ShardResult(
+            run_id=run_id,
+            shard_id=shard_id,
+            docs=count,
+            sequences=count,
+            tokens=results.tokens,
+            rows=results.rows,
+            detail_rows=results.detail_rows,
+            files=ShardResult.entries(files),
+            seconds=round(t2 - t1, 3),
+        )
+        commit_shard(layout, run_id, result.commit_record(1, now()))
         total["rows"] += results.rows
         total["tokens"] += results.tokens
         total["detail"] += files["tokens"]["bytes"]

@@ -28,11 +28,11 @@ from mixscope.config import OutputSpec
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
 from mixscope.runtime.results import ShardResults
+from mixscope.runtime.shard_result import ShardResult
 from mixscope.stats.block import Vocabulary
 from mixscope.stats.consolidate import consolidate
 from mixscope.store.layout import Layout
 from mixscope.store.manifest import commit_shard
-from mixscope.store.records import CommitRecord
 from mixscope.store.run_record import RunRecord
 from mixscope.store.runs import now, write_run
 from mixscope.store.schema import MEASURE_COLUMNS, SCHEMA_VERSION
@@ -226,18 +226,18 @@ def write_synthetic_run(
             Document(d, f"text {d}", f"/synthetic/{name}.txt", d) for d in docs_per_shard[shard_id]
         ]
         files = results.finish(docs)
-        result = {
-            "run_id": run_id,
-            "shard_id": shard_id,
-            "docs": len(docs),
-            "sequences": len(seqs),
-            "tokens": results.tokens,
-            "rows": results.rows,
-            "detail_rows": results.detail_rows,
-            "files": files,
-            "seconds": 0.0,
-        }
-        commit_shard(layout, run_id, CommitRecord.from_result(result, 1, now()))
+        result = ShardResult(
+            run_id=run_id,
+            shard_id=shard_id,
+            docs=len(docs),
+            sequences=len(seqs),
+            tokens=results.tokens,
+            rows=results.rows,
+            detail_rows=results.detail_rows,
+            files=ShardResult.entries(files),
+            seconds=0.0,
+        )
+        commit_shard(layout, run_id, result.commit_record(1, now()))
         rows += results.rows
         tokens += results.tokens
     if consolidated:

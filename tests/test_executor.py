@@ -47,7 +47,7 @@ def _outcomes(executor_name: str, model: str, out: Path) -> tuple[list, dict, di
     )
     prep = prepare(spec)
     assert len(prep.plan.shards) == 3
-    executor = make_executor(spec, prep.run_id)
+    executor = make_executor(spec, prep.run_id, prep.max_length)
     try:
         events = list(executor.run(prep.plan.shards))
     finally:
@@ -57,7 +57,7 @@ def _outcomes(executor_name: str, model: str, out: Path) -> tuple[list, dict, di
     kinds = sorted((e.kind, e.shard_id, e.attempt) for e in events)
     errors = {(e.shard_id, e.attempt): e.error for e in events if e.kind != "done"}
     done = {
-        e.shard_id: (e.result["docs"], e.result["tokens"], e.result["rows"])
+        e.shard_id: (e.result.docs, e.result.tokens, e.result.rows)
         for e in events
         if e.kind == "done"
     }

@@ -27,12 +27,12 @@ from mixscope.corpus.masking import mask_count, mask_positions
 from mixscope.corpus.plan import CorpusPlan, Shard, plan_corpus, read_shard
 from mixscope.errors import MixscopeError
 from mixscope.runtime.driver import run_job
+from mixscope.runtime.prepare import identity_options
 from mixscope.sql.named import run_query
 from mixscope.sql.views import connect
 from mixscope.status import run_status
 from mixscope.store import manifest
 from mixscope.store.layout import Layout
-from mixscope.store.runs import identity_options
 from mixscope.store.schema import STORED_MEASURES
 
 HEADING = r"^\s*=.*=\s*$"

@@ -50,3 +50,28 @@ def test_a_record_with_a_wrong_kind_is_damage(tmp_path):
         load_run(layout, "r1")
     with pytest.raises(CorruptRecordError, match=r"r2/run\.json"):
         load_run(layout, "r2")
+
+
+def test_format_1_copies_of_the_spec_read_and_are_not_written_back(tmp_path):
+    """Format 1 stored ``runtime`` and ``output`` besides ``spec``; the spec is stored once
+    now: an old record reads, and its rewrite keeps the spec and drops the copies."""
+    spec = {"runtime": {"workers": 2}, "output": {"detail": "full"}, "model": "m"}
+    old = {
+        "run_id": "r1",
+        "format": 1,
+        "spec": spec,
+        "runtime": {"workers": 2, "worker_range": [2, 2], "attention": "auto"},
+        "output": {"detail": "full"},
+        "options": {"output": {"detail": "full"}},
+    }
+    _put(tmp_path, "r1", old)
+    layout = Layout.open(str(tmp_path))
+    rec = load_run(layout, "r1")
+    assert rec.format == 1 and rec.spec == spec and rec.detail == "full" and not rec.extra
+    write_run(layout, rec)
+    on_disk = json.loads((tmp_path / "_mixscope/runs/r1/run.json").read_text())
+    assert on_disk["spec"] == spec and on_disk["format"] == RUN_FORMAT == 2
+    assert "runtime" not in on_disk and "output" not in on_disk
+    # a record with no spec keeps what it has (nothing else holds it)
+    _put(tmp_path, "r2", {"run_id": "r2", "runtime": {"workers": 3}})
+    assert load_run(layout, "r2").extra == {"runtime": {"workers": 3}}

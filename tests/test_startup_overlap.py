@@ -20,6 +20,7 @@ from mixscope.errors import MixscopeError
 from mixscope.runtime import actor_pool
 from mixscope.runtime.driver import prepare
 from mixscope.runtime.executor import make_executor
+from mixscope.runtime.shard_result import ShardResult
 from mixscope.runtime.worker import ShardWorker
 from mixscope.store import manifest
 
@@ -44,14 +45,16 @@ def _spec(model: str, out: Path, executor: str, **extra):
     )
 
 
-def _same(result: dict) -> tuple:
-    return tuple(result[k] for k in ("shard_id", "docs", "sequences", "tokens", "rows"))
+def _same(result: ShardResult) -> tuple:
+    return tuple(getattr(result, k) for k in ("shard_id", "docs", "sequences", "tokens", "rows"))
 
 
 def test_the_first_shard_is_tokenized_while_the_model_loads(tiny_bert_dir, tmp_path, monkeypatch):
     prep = prepare(_spec(tiny_bert_dir, tmp_path / "out", "local"))
     first, other = prep.plan.shards[0], prep.plan.shards[1]
-    plain = ShardWorker(prep.spec, prep.run_id)  # no hint: nothing read before process()
+    plain = ShardWorker(
+        prep.spec, prep.run_id, prep.max_length
+    )  # no hint: nothing read before process()
     try:
         assert set(plain.timeline) == {"model_loaded"}
         expected = {s.shard_id: _same(plain.process(s)) for s in (first, other)}
@@ -59,7 +62,7 @@ def test_the_first_shard_is_tokenized_while_the_model_loads(tiny_bert_dir, tmp_p
         plain.close()
 
     monkeypatch.setenv("MIXSCOPE_FAULTS", json.dumps({"slow_load": {"seconds": SLOW_LOAD}}))
-    worker = ShardWorker(prep.spec, prep.run_id, first)
+    worker = ShardWorker(prep.spec, prep.run_id, prep.max_length, first)
     try:
         t = worker.timeline
         assert t["first_started"] < t["first_encoded"] < t["model_loaded"]  # inside the load
@@ -71,7 +74,7 @@ def test_the_first_shard_is_tokenized_while_the_model_loads(tiny_bert_dir, tmp_p
 
     # a hint is only a hint: handed another shard first, the worker reads that one
     monkeypatch.delenv("MIXSCOPE_FAULTS")
-    hinted = ShardWorker(prep.spec, prep.run_id, first)
+    hinted = ShardWorker(prep.spec, prep.run_id, prep.max_length, first)
     try:
         assert _same(hinted.process(other)) == expected[other.shard_id]
         assert _same(hinted.process(first)) == expected[first.shard_id]
@@ -81,7 +84,7 @@ def test_the_first_shard_is_tokenized_while_the_model_loads(tiny_bert_dir, tmp_p
 
 def _ray_events(spec) -> tuple[list, list[dict], object]:
     prep = prepare(spec)
-    executor = make_executor(spec, prep.run_id)
+    executor = make_executor(spec, prep.run_id, prep.max_length)
     try:
         events = list(executor.run(prep.plan.shards))
     finally:
@@ -126,7 +129,7 @@ def test_a_model_that_cannot_load_fails_the_job_once(
         str(bad), tmp_path / "out", "ray", **{"runtime.workers": 2, "runtime.max_retries": 2}
     )
     prep = prepare(spec)
-    executor = make_executor(spec, prep.run_id)
+    executor = make_executor(spec, prep.run_id, prep.max_length)
     events = []
     try:
         with pytest.raises(MixscopeError) as info:

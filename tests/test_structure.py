@@ -127,7 +127,8 @@ LAYERS = {
     "mixing": {"config", "runtime", "store", "stats", "sql", "report", "cli"},
     "stats": {"runtime", "report", "cli"},
     "sql": {"runtime", "report", "cli"},
-    "store": {"stats", "runtime", "report", "cli", "sql"},
+    # store/ takes what it stores (plain values, typed records), never a job spec
+    "store": {"config", "stats", "runtime", "report", "cli", "sql"},
     "corpus": {"store", "runtime", "report", "cli"},
     "report": {"runtime", "cli"},
 }
@@ -172,6 +173,25 @@ def test_cli_import_is_light() -> None:
         "heavy = [m for m in ('torch', 'ray', 'pyarrow', 'transformers', 'duckdb') "
         "if m in sys.modules]\n"
         "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_what_crosses_ray_unpickles_without_hugging_face() -> None:
+    """The spec and the shards go to a Ray actor as their frozen dataclasses, unpickled
+    before ``ray_actor.RayShardWorker`` sets the driver's environment: that must import
+    nothing that reads ``HF_HUB_OFFLINE`` and friends on import (ray_actor.py says why)."""
+    code = (
+        "import pickle, sys\n"
+        "from mixscope.config import load_spec\n"
+        "from mixscope.corpus.plan import Shard\n"
+        "data = pickle.dumps((load_spec(None, {'corpus.paths': ['x']}), Shard(0, 'f', 0, 0, 1)))\n"
+        "for m in [m for m in sys.modules if m.startswith('mixscope')]:\n"
+        "    del sys.modules[m]\n"
+        "pickle.loads(data)\n"
+        "print(','.join(m for m in ('transformers', 'huggingface_hub', 'torch') "
+        "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

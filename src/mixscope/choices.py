@@ -30,7 +30,7 @@ ATTENTION_MODES = ("auto", "fast", "eager")
 
 #: ``runtime.executor``: in-process (debugging) or Ray (runtime/executor.py maps each to
 #: its class)
-EXECUTOR_NAMES = ("ray", "local")
+EXECUTOR_NAMES = ("local", "ray")
 
 #: ``analysis.measures``: the measure groups, in registry order (mixing/measures/ checks
 #: that its ``GROUPS`` are exactly these)

@@ -1,9 +1,10 @@
 """One idempotent reconcile pass: analyse every complete checkpoint not yet analysed.
 
-For each candidate (oldest step first): skip it if incomplete; fingerprint it; if a complete
-run with the same (checkpoint fingerprint, corpus fingerprint, options) exists under ROOT it
-is done; if it failed too often or is backing off, leave it; otherwise take its lease and
-run (or submit) the job for it. Running the pass twice in a row does nothing the second time.
+For each candidate (oldest step first): skip it if incomplete; prepare its run (the
+driver's ``prepare``: the one place a run is identified, so sync and ``run`` agree on its
+id); if a complete run with that id exists under ROOT it is done; if it failed too often
+or is backing off, leave it; otherwise take its lease and run the prepared run (or submit
+the job) for it. Running the pass twice in a row does nothing the second time.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from mixscope.checkpoints.complete import incomplete_reason
 from mixscope.checkpoints.discover import Candidate, discover
 from mixscope.checkpoints.state import CheckpointRecord, CheckpointState, checkpoint_id
 from mixscope.config import JobSpec
-from mixscope.corpus.plan import plan_corpus
+from mixscope.corpus.plan import CorpusPlan, plan_corpus
 from mixscope.errors import MixscopeError, one_line
-from mixscope.models.fingerprint import model_identity
+from mixscope.runtime.prepare import PreparedRun, prepare
 from mixscope.store.layout import Layout
 from mixscope.store.lease import Lease
-from mixscope.store.runs import identity_options, load_run, run_id_for
+from mixscope.store.runs import load_run
 
 
 @dataclass
@@ -52,21 +53,31 @@ def _spec_for(base: JobSpec, c: Candidate) -> JobSpec:
     )
 
 
-def _run(spec: JobSpec, submit_address: str | None, show_progress: bool) -> tuple[str, str]:
+def _prepare(base: JobSpec, c: Candidate, plan: CorpusPlan) -> tuple[PreparedRun | None, str]:
+    """The checkpoint's prepared run, or why it cannot be prepared (yet): the checkpoint's
+    own sequence limit and groups, as the driver resolves them, because it is the driver's
+    ``prepare``. ``plan``: the probe corpus, planned once for every checkpoint."""
+    try:
+        return prepare(_spec_for(base, c), write=False, plan=plan), ""
+    except (OSError, MixscopeError) as exc:  # vanished or unreadable, or not a usable model
+        return None, str(exc)
+
+
+def _run(prep: PreparedRun, submit_address: str | None, show_progress: bool) -> tuple[str, str]:
     """(status, error) of running or submitting one checkpoint's job."""
     if submit_address:
         from mixscope.runtime.submit import submit_job
 
-        code = submit_job(spec, address=submit_address, wait=True, echo=lambda *_a, **_k: None)
+        code = submit_job(prep.spec, address=submit_address, wait=True, echo=lambda *_a, **_k: None)
         return ("complete", "") if code == 0 else ("failed", "the Ray job did not succeed")
-    from mixscope.runtime.driver import run_job
+    from mixscope.runtime.driver import run_prepared
 
-    summary = run_job(spec, show_progress=show_progress)
+    summary = run_prepared(prep, show_progress=show_progress)
     error = "; ".join(f"shard {k}: {v}" for k, v in sorted(summary.errors.items()))
     return summary.status, error
 
 
-def sync_pass(  # noqa: C901 - one pass of the protocol, step by step; issue 28 splits the plan out
+def sync_pass(  # noqa: C901 - one pass of the protocol, step by step
     base: JobSpec,
     *,
     source: str,
@@ -93,21 +104,11 @@ def sync_pass(  # noqa: C901 - one pass of the protocol, step by step; issue 28 
             if reason:
                 report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=reason))
                 continue
-        try:
-            identity = model_identity(c.model, c.revision)
-        except OSError as exc:  # vanished or unreadable between listing and hashing
-            report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=str(exc)))
+        prep, why = _prepare(base, c, plan)
+        if prep is None:
+            report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=why))
             continue
-        from mixscope.models.loading import resolved_max_length, resolved_measures
-
-        try:  # the checkpoint's own limit and groups, as the driver resolves them
-            max_length = resolved_max_length(c.model, base.analysis.max_length, revision=c.revision)
-            groups = resolved_measures(c.model, base.analysis.measures, revision=c.revision)
-        except MixscopeError as exc:
-            report.outcomes.append(Outcome(c.key, c.step, "incomplete", detail=str(exc)))
-            continue
-        options = identity_options(base, max_length, groups.groups)
-        run_id = run_id_for(identity["fingerprint"], plan.fingerprint, options)
+        run_id = prep.run_id
         record = load_run(layout, run_id)
         if record is not None and record.status == "complete":
             report.outcomes.append(Outcome(c.key, c.step, "done", run_id))
@@ -143,13 +144,13 @@ def sync_pass(  # noqa: C901 - one pass of the protocol, step by step; issue 28 
                 revision=c.revision,
                 step=c.step,
                 run_id=run_id,
-                fingerprint=identity["fingerprint"],
+                fingerprint=prep.model["fingerprint"],
                 attempts=attempts,
             )
             state.put(replace(base_record, status="running", started_at=now()))
             log(f"analysing {c.key} (step {c.step}, run {run_id}, attempt {attempts})")
             try:
-                status, error = _run(_spec_for(base, c), submit_address, show_progress)
+                status, error = _run(prep, submit_address, show_progress)
             except Exception as exc:  # a broken checkpoint must not stop the others
                 status = "failed"
                 error = one_line(exc)

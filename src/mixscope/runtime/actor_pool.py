@@ -177,7 +177,7 @@ class ActorPool:
         first = self.queue.popleft() if OVERLAP_FIRST_SHARD and self.queue else None
         handle = self.actor_cls.options(
             **self.options, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-        ).remote(*self.args, None if first is None else first[0].__dict__)
+        ).remote(*self.args, None if first is None else first[0])
         actor = Actor(handle, node, time.time(), first=first)
         self.actors.append(actor)
         self.starting[handle.startup.remote()] = actor

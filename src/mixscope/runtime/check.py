@@ -1,6 +1,6 @@
 """``mixscope validate``: everything a run would need, tried on one document, nothing written.
 
-The plan is made and the run identified exactly as ``run`` does (``driver.prepare`` with
+The plan is made and the run identified exactly as ``run`` does (``prepare.prepare`` with
 ``write=False``), one worker is built (the model loads on the job's device) and the first
 document is analysed with the exactness check on (the engine ``analyze`` runs, on the
 worker's loaded model), so a spec that validates fails a run only on data or machines it
@@ -40,20 +40,21 @@ def check_job(spec: JobSpec) -> JobCheck:
     from mixscope.corpus.plan import read_shard
     from mixscope.mixing.batches import run_batches
     from mixscope.mixing.engine import MixingEngine
-    from mixscope.runtime.driver import prepare
+    from mixscope.runtime.prepare import prepare
     from mixscope.runtime.worker import ShardWorker
 
     prep = prepare(spec, write=False)
-    worker = ShardWorker(spec, prep.run_id)
+    worker = ShardWorker(spec, prep.run_id, prep.max_length)
     doc = read_shard(prep.plan.shards[0], spec.corpus)[0]
     seqs = encode_documents(  # what ``analyze`` runs, on the worker's own model
         worker.loaded.tokenizer,
         validate_documents([doc.text]),
-        max_length=worker.max_length,
+        max_length=prep.max_length,
         mask_rate=spec.analysis.mask_rate,
         seed=spec.analysis.seed,
     )
-    run_batches(MixingEngine(worker.loaded, verify=True), seqs, CHECK_BATCH)
+    engine = MixingEngine(worker.loaded, verify=True, measures=spec.analysis.measures)
+    run_batches(engine, seqs, CHECK_BATCH)  # every selected group's identity too
     layers = worker.engine.num_layers
     return JobCheck(
         run_id=prep.run_id,

@@ -1,4 +1,5 @@
-"""The driver of a job: plan, identify the run, skip what is committed, execute, commit.
+"""The driver of a job: prepare (plan, identify: prepare.py), skip what is committed,
+execute, commit.
 
 Data flows one way: corpus → plan → executor (workers write files) → commit records →
 run record. The driver is the only writer of commit records and of the run record.
@@ -8,30 +9,24 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mixscope.config import JobSpec
-from mixscope.corpus.plan import CorpusPlan, plan_corpus
-from mixscope.errors import MixscopeError, SpecError, first_line
-from mixscope.models.fingerprint import model_identity
+from mixscope.errors import MixscopeError, first_line
 from mixscope.runtime import faults
 from mixscope.runtime.executor import make_executor
+from mixscope.runtime.prepare import PreparedRun, prepare
 from mixscope.runtime.progress import Progress, interval_from_env
 from mixscope.runtime.run_lock import run_lock
 from mixscope.stats.consolidate import consolidate
 from mixscope.store import manifest, verify
 from mixscope.store.layout import Layout
-from mixscope.store.records import CommitRecord
-from mixscope.store.run_record import RunRecord
-from mixscope.store.runs import (
-    identity_options,
-    library_versions,
-    load_run,
-    now,
-    run_id_for,
-    write_run,
-)
+from mixscope.store.runs import now, write_run
+
+__all__ = ["PreparedRun", "RunSummary", "prepare", "run_job", "run_prepared"]
 
 #: consolidate a run's statistics after this many new commits (and when an invocation ends)
 CONSOLIDATE_EVERY = 32
@@ -91,120 +86,45 @@ class RunSummary:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-@dataclass
-class PreparedRun:
-    spec: JobSpec
-    layout: Layout
-    plan: CorpusPlan
-    run_id: str
-    record: RunRecord
-
-
-def prepare(spec: JobSpec, *, write: bool = True) -> PreparedRun:
-    """Everything that can fail on bad input, before any work is scheduled.
-
-    With ``write=False`` (``mixscope validate``) nothing is written under the output root.
-    """
-    from mixscope.models.loading import resolved_max_length, resolved_measures
-
-    a = spec.analysis
-    fits = None
-    if spec.corpus.pairs:  # pairs are selected (and counted) with the model's tokenizer
-        max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
-        fits = _pair_fits(spec, max_length)
-    plan = plan_corpus(spec.corpus, spec.runtime.docs_per_shard, fits)
-    if plan.n_docs == 0:
-        bad = ", ".join(f"{k}: {v}" for k, v in plan.bad.items()) or "no records at all"
-        raise MixscopeError(f"the corpus has no documents to analyse ({bad})")
-    if fits is None:
-        # config + tokenizer only: fails on an unsupported family before anything is
-        # fingerprinted
-        max_length = resolved_max_length(spec.model, a.max_length, revision=a.revision)
-    try:  # names were checked with the spec; whether each applies needs the model's config
-        selection = resolved_measures(spec.model, a.measures, revision=a.revision)
-    except SpecError as exc:  # a group that does not apply: a bad flag, exit 2
-        raise SpecError(f"invalid job spec: analysis.{exc}") from None
-    model = model_identity(spec.model, spec.analysis.revision)
-    options = identity_options(spec, max_length, selection.groups)
-    run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)
-    layout = Layout.open(spec.out)
-    stored = layout.read_json(layout.plan_path(run_id))
-    if stored is not None:
-        plan = CorpusPlan.from_dict(stored)  # resume on the plan the run started with
-    elif write:
-        layout.write_json(layout.plan_path(run_id), plan.to_dict())
-    record = replace(
-        load_run(layout, run_id) or RunRecord(run_id=run_id, created_at=now()),
-        name=spec.name,
-        model=model,
-        step=spec.step if spec.step is not None else model.get("step"),
-        corpus={
-            "paths": list(spec.corpus.paths),
-            "files": plan.files,
-            "fingerprint": plan.fingerprint,
-            "n_docs": plan.n_docs,
-            "bad": plan.bad,
-            "bad_examples": plan.bad_examples,
-            "pairs": plan.pairs,  # kept / split / skipped (corpus/plan.py), or None
-        },
-        options=options,
-        runtime={
-            "workers": spec.runtime.workers,
-            "worker_range": list(spec.runtime.worker_range()),
-            "batch_size": spec.runtime.batch_size,
-            "batch_tokens": spec.runtime.batch_tokens,
-            "attention": spec.analysis.attention,
-            "docs_per_shard": spec.runtime.docs_per_shard,
-            "device": spec.runtime.device,
-            "executor": spec.runtime.executor,
-        },
-        spec=spec.to_dict(),
-        output={
-            "detail": spec.output.detail,
-            "sample_rate": spec.output.sample_rate,
-            "precision": spec.output.precision,
-        },
-        libraries=library_versions(),
-        shards_total=len(plan.shards),
-        measures={
-            "groups": list(selection.groups),
-            "columns": list(selection.measures.columns),
-            "skipped": dict(selection.skipped),
-        },
-    )
-    return PreparedRun(spec, layout, plan, run_id, record)
-
-
-def _pair_fits(spec: JobSpec, max_length: int) -> Any:
-    """The pair test of ``corpus/plan.py`` with the job's tokenizer and sequence length."""
-    from transformers import AutoTokenizer
-
-    from mixscope.corpus.encode import pair_fit_check
-    from mixscope.models.loading import resolve_source
-
-    source = resolve_source(spec.model)
-    tokenizer = AutoTokenizer.from_pretrained(source, revision=spec.analysis.revision)
-    return pair_fit_check(tokenizer, max_length)
-
-
 def run_job(spec: JobSpec, *, show_progress: bool = True, repair: bool = False) -> RunSummary:
     """Run (or resume) the job; every shard ends committed exactly once or recorded failed.
     One driver per run at a time (``run_lock``): a second gets ``RunBusyError``. Results
     damaged after their commit (``store/verify.py``) stop the run with one line, unless
     ``repair``: then exactly the affected shards are redone."""
     started = time.time()
-    try:
-        prep = prepare(spec)
+    with _space_errors(spec.out):
+        prep = prepare(spec, write=False)  # the plan is stored by ``_run``
+    return _run(prep, started, show_progress, repair)
+
+
+def run_prepared(
+    prep: PreparedRun, *, show_progress: bool = True, repair: bool = False
+) -> RunSummary:
+    """``run_job`` of a run already prepared (``checkpoints sync`` prepares each checkpoint
+    to learn its run id, and hands the result here rather than have it computed twice)."""
+    return _run(prep, time.time(), show_progress, repair)
+
+
+def _run(prep: PreparedRun, started: float, show_progress: bool, repair: bool) -> RunSummary:
+    with _space_errors(prep.spec.out):
+        prep.save_plan()
         with run_lock(prep.layout, prep.run_id):
             _check_committed(prep.layout, prep.run_id, repair, show_progress)
             return _run_locked(prep, started, show_progress)
+
+
+@contextmanager
+def _space_errors(out: str) -> Iterator[None]:
+    """A full disk under ``out`` as one line; other errors pass."""
+    try:
+        yield
     except OSError as exc:
         if not out_of_space(exc):
             raise
         # every record is written to a temporary name and renamed (store/atomic.py): what
         # was committed before is whole, the rest is redone by the rerun
         raise MixscopeError(
-            f"no space left on device under {spec.out} (the driver's records could not be "
+            f"no space left on device under {out} (the driver's records could not be "
             "written); what was committed is intact: free space and rerun to resume"
         ) from exc
 
@@ -248,7 +168,7 @@ def _check_committed(layout: Layout, run_id: str, repair: bool, show_progress: b
 
 def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSummary:
     spec, layout, plan, run_id = prep.spec, prep.layout, prep.plan, prep.run_id
-    record = prep.record
+    record = prep.record  # read under the lock: what a previous invocation left
     interval = interval_from_env() if show_progress else 0.0  # a bad value fails before work
     consolidate(layout, run_id)  # what a killed driver committed and did not consolidate
     committed = manifest.commits(layout, run_id)
@@ -272,13 +192,13 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
     tokens_now = 0
     try:
         if pending:
-            executor = make_executor(spec, run_id)
+            executor = make_executor(spec, run_id, prep.max_length)
             background = BackgroundConsolidation(layout, run_id, CONSOLIDATE_EVERY)
             try:
                 for event in executor.run(pending):
                     if event.kind == "done":
                         assert event.result is not None
-                        result = CommitRecord.from_result(event.result, event.attempt, now())
+                        result = event.result.commit_record(event.attempt, now())
                         faults.maybe_crash_before_commit(event.shard_id)
                         manifest.commit_shard(layout, run_id, result)
                         committed[event.shard_id] = result

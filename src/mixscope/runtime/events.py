@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from mixscope.runtime.shard_result import ShardResult
 
 
 @dataclass
@@ -11,5 +13,5 @@ class ShardEvent:
     kind: Literal["done", "retry", "failed"]
     shard_id: int
     attempt: int  # 1-based attempt that produced this event
-    result: dict[str, Any] | None = None  # for "done": the worker's description of its files
+    result: ShardResult | None = None  # for "done": the worker's files and counts
     error: str | None = None  # for "retry" / "failed"

@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Executor(Protocol):
-    """Runs shards and reports their outcomes; built as ``cls(spec, run_id)``."""
+    """Runs shards and reports their outcomes; built as ``cls(spec, run_id, max_length)``
+    (``max_length``: the run's resolved sequence length, handed to every worker)."""
 
     def run(self, shards: Sequence[Shard]) -> Iterator[ShardEvent]:
         """Submit ``shards`` and yield one event per outcome as it happens: "done" (with the
@@ -66,8 +67,9 @@ EXECUTORS = {
 }
 
 
-def make_executor(spec: JobSpec, run_id: str) -> Executor:
-    """The executor ``spec.runtime.executor`` names, for ``run_id``."""
+def make_executor(spec: JobSpec, run_id: str, max_length: int) -> Executor:
+    """The executor ``spec.runtime.executor`` names, for ``run_id`` analysed at
+    ``max_length`` tokens."""
     module, _, name = EXECUTORS[spec.runtime.executor].partition(":")
     cls = getattr(importlib.import_module(module), name)
-    return cls(spec, run_id)
+    return cls(spec, run_id, max_length)

@@ -17,14 +17,16 @@ from mixscope.runtime.worker import ShardWorker
 
 
 class LocalExecutor:
-    def __init__(self, spec: JobSpec, run_id: str) -> None:
+    def __init__(self, spec: JobSpec, run_id: str, max_length: int) -> None:
         self.spec = spec
         self.run_id = run_id
+        self.max_length = max_length
         self.policy = RetryPolicy.from_spec(spec)
 
     def run(self, shards: Sequence[Shard]) -> Iterator[ShardEvent]:
         # the first shard is read and tokenized while the model loads (worker.py)
-        worker = ShardWorker(self.spec, self.run_id, shards[0] if shards else None)
+        first = shards[0] if shards else None
+        worker = ShardWorker(self.spec, self.run_id, self.max_length, first)
         try:
             yield from self._run(worker, shards)
         finally:

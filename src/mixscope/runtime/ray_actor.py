@@ -7,13 +7,20 @@ The environment travels as a constructor argument instead and is set before anyt
 reads it: this module imports nothing heavy, and ``mixscope.runtime.worker`` (torch,
 transformers, which read ``HF_HUB_OFFLINE`` and friends on import) is imported only
 after ``os.environ`` is updated. Each actor has its process to itself, so the update
-leaks into nothing else.
+leaks into nothing else. The spec and the shards arrive as their frozen dataclasses:
+unpickling them imports ``mixscope.config`` and ``mixscope.corpus.plan`` only, which read
+no such variable (tests/test_structure.py checks).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mixscope.config import JobSpec
+    from mixscope.corpus.plan import Shard
+    from mixscope.runtime.shard_result import ShardResult
 
 
 class RayShardWorker:
@@ -22,14 +29,16 @@ class RayShardWorker:
     def __init__(
         self,
         env: dict[str, str],
-        spec: dict[str, Any],
+        spec: JobSpec,
         run_id: str,
-        first: dict[str, Any] | None = None,
+        max_length: int,
+        first: Shard | None = None,
     ) -> None:
         os.environ.update(env)
         from mixscope.runtime.worker import ShardWorker
 
-        self.worker = ShardWorker(spec, run_id, first)  # ``first``: read while the model loads
+        # ``first``: read while the model loads
+        self.worker = ShardWorker(spec, run_id, max_length, first)
 
     def startup(self) -> dict[str, Any]:
         return self.worker.startup()
@@ -37,7 +46,7 @@ class RayShardWorker:
     def info(self) -> dict[str, Any]:
         return self.worker.info()
 
-    def process(self, shard: dict[str, Any]) -> dict[str, Any]:
+    def process(self, shard: Shard) -> ShardResult:
         return self.worker.process(shard)
 
     def close(self) -> None:

@@ -103,9 +103,10 @@ def _creation_error(exc: BaseException) -> str:
 
 
 class RayExecutor:
-    def __init__(self, spec: JobSpec, run_id: str) -> None:
+    def __init__(self, spec: JobSpec, run_id: str, max_length: int) -> None:
         self.spec = spec
         self.run_id = run_id
+        self.max_length = max_length
         self.policy = RetryPolicy.from_spec(spec)
         started = time.time()
         self.ray = ensure_ray(spec.runtime.address)
@@ -146,7 +147,6 @@ class RayExecutor:
             "max_restarts": 0,
             "max_task_retries": 0,
         }  # no runtime_env: the env goes as an argument (ray_actor.py says why)
-        self.spec_dict = spec.to_dict()
         self.health = NodeHealth(r.node_max_failures, r.node_backoff_seconds)
         self.pool: ActorPool | None = None
 
@@ -159,7 +159,7 @@ class RayExecutor:
             ray,
             self.actor_cls,
             self.actor_options,
-            (self.env, self.spec_dict, self.run_id),
+            (self.env, self.spec, self.run_id, self.max_length),
             self.bundle,
             self.health,
             min(self.min_workers, len(shards)),
@@ -187,7 +187,7 @@ class RayExecutor:
                         shard.shard_id,
                         time.time(),
                     )
-                    in_flight[actor.handle.process.remote(shard.__dict__)] = (actor, shard, attempt)
+                    in_flight[actor.handle.process.remote(shard)] = (actor, shard, attempt)
                 pool.reconcile(len(in_flight) + len(queue), queue_empty=not queue)
                 refs = list(in_flight) + list(pool.starting)
                 if not refs:
@@ -262,7 +262,7 @@ class RayExecutor:
                 queue.append((shard, attempt + 1))
             yield self.policy.failure(shard.shard_id, attempt, _error_text(exc))
             return
-        pool.finished(actor, int(result.get("tokens", 0)))
+        pool.finished(actor, result.tokens)
         yield ShardEvent("done", shard.shard_id, attempt, result=result)
 
     def _bundle_text(self) -> str:

@@ -25,33 +25,37 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from mixscope.config import JobSpec, build_spec
+from mixscope.config import JobSpec
 from mixscope.corpus.encode import EncodedSequence, encode_documents
 from mixscope.corpus.plan import Document, Shard, read_shard
 from mixscope.mixing.batches import run_batches
 from mixscope.mixing.engine import MixingEngine
-from mixscope.models.loading import load, load_tokenizer, resolved_max_length
+from mixscope.models.loading import load, load_tokenizer
 from mixscope.runtime import faults
 from mixscope.runtime.results import ShardResults
+from mixscope.runtime.shard_result import ShardResult
 from mixscope.stats.block import Vocabulary
 from mixscope.store.layout import Layout
 
 
-def _as_shard(shard: dict[str, Any] | Shard) -> Shard:
-    return shard if isinstance(shard, Shard) else Shard(**shard)
-
-
 class ShardWorker:
-    """Loads the model once; ``process(shard)`` analyses one shard and writes its files."""
+    """Loads the model once; ``process(shard)`` analyses one shard and writes its files.
+
+    ``max_length`` is the sequence length the driver resolved for the run (part of its
+    identity, ``runtime/prepare.py``): taken, not re-derived, so a worker can never encode
+    with another length than the one the run id was made from.
+    """
 
     def __init__(
         self,
-        spec: dict[str, Any] | JobSpec,
+        spec: JobSpec,
         run_id: str,
-        first: dict[str, Any] | Shard | None = None,
+        max_length: int,
+        first: Shard | None = None,
     ) -> None:
-        self.spec = spec if isinstance(spec, JobSpec) else build_spec(spec)
+        self.spec = spec
         self.run_id = run_id
+        self.max_length = max_length
         r, a = self.spec.runtime, self.spec.analysis
         from transformers.utils import logging as hf_logging
 
@@ -60,16 +64,12 @@ class ShardWorker:
         loading = time.time()
         self.layout = Layout.open(self.spec.out)
         self.tokenizer = load_tokenizer(self.spec.model, revision=a.revision)
-        self.max_length = resolved_max_length(
-            self.spec.model, a.max_length, revision=a.revision, tokenizer=self.tokenizer
-        )
         self._prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
         # the first shard, read and its first chunk tokenized while the weights load
         self._early: tuple[int, Future[tuple[list[Document], list[EncodedSequence]]]] | None
         self._early = None
         if first is not None:
-            hint = _as_shard(first)
-            self._early = (hint.shard_id, self._prefetch.submit(self._prefetch_first, hint))
+            self._early = (first.shard_id, self._prefetch.submit(self._prefetch_first, first))
         try:
             faults.maybe_slow_load()
             self.loaded = load(
@@ -152,8 +152,7 @@ class ShardWorker:
             early[1].cancel()  # another shard came first: the hint is dropped
         return self._read(shard)
 
-    def process(self, shard: dict[str, Any] | Shard) -> dict[str, Any]:
-        shard = _as_shard(shard)
+    def process(self, shard: Shard) -> ShardResult:
         started = time.time()
         faults.maybe_fail(shard.shard_id)
         faults.maybe_slow()
@@ -190,15 +189,17 @@ class ShardWorker:
             if k == 0:
                 faults.maybe_kill(shard.shard_id)
         files = results.finish(docs)
-        return {
-            "run_id": self.run_id,
-            "shard_id": shard.shard_id,
-            "docs": len(docs),
-            "sequences": sequences,
-            "tokens": results.tokens,
-            "rows": results.rows,
-            "detail_rows": results.detail_rows,
-            "files": files,
-            "seconds": round(time.time() - started, 3),
-            **self.info(),
-        }
+        return ShardResult(
+            run_id=self.run_id,
+            shard_id=shard.shard_id,
+            docs=len(docs),
+            sequences=sequences,
+            tokens=int(results.tokens),
+            rows=int(results.rows),
+            detail_rows=int(results.detail_rows),
+            files=ShardResult.entries(files),
+            seconds=round(time.time() - started, 3),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            device=self.device,
+        )

@@ -70,16 +70,6 @@ class CommitRecord:
         return f"{self.host}:{self.pid}"
 
     @classmethod
-    def from_result(
-        cls, result: Mapping[str, Any], attempt: int, committed_at: str
-    ) -> CommitRecord:
-        """The record of a worker's result (runtime/worker.py ``ShardWorker.process``)."""
-        return cls.from_json(
-            {**result, "attempt": attempt, "committed_at": committed_at, "format": RECORD_FORMAT},
-            f"result of shard {result.get('shard_id')}",
-        )
-
-    @classmethod
     def from_json(cls, d: Mapping[str, Any], where: str) -> CommitRecord:
         files = need(d, "files", where)
         if not isinstance(files, Mapping):

@@ -5,6 +5,11 @@ before it existed read as format 0), keys this version does not know are kept in
 and written back unchanged, and a record without ``run_id`` or with a value of the wrong
 kind (``model`` not an object, ``rows`` not a number) raises ``CorruptRecordError`` naming
 the file, so ``status``, ``sql`` and ``report`` say one line instead of a ``KeyError``.
+
+The job spec is stored once, in ``spec``. Format 1 also wrote copies of two of its
+sections, ``runtime`` (with ``worker_range`` and ``analysis.attention`` added, both
+derived from the spec) and ``output``; they are still read, and dropped where the record's
+``spec`` holds that section, so a resumed old run is rewritten in the new form.
 """
 
 from __future__ import annotations
@@ -16,20 +21,21 @@ from typing import Any
 from mixscope.errors import CorruptRecordError
 from mixscope.store.records import known_keys, need
 
-#: version of the run record (0: records written before it was stored)
-RUN_FORMAT = 1
+#: version of the run record (0: records written before it was stored; 1: with the
+#: ``runtime`` and ``output`` copies of the spec's sections)
+RUN_FORMAT = 2
 
 _OBJECTS = (
     "model",
     "corpus",
     "options",
-    "runtime",
     "spec",
-    "output",
     "libraries",
     "errors",
     "measures",
 )
+#: format 1's copies of the spec's sections: read, dropped when ``spec`` holds them
+_COPIES = ("runtime", "output")
 _COUNTS = ("shards_total", "shards_done", "shards_failed", "rows", "tokens")
 
 
@@ -46,9 +52,7 @@ class RunRecord:
     model: Mapping[str, Any] = field(default_factory=dict)
     corpus: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)  # the run identity's options
-    runtime: Mapping[str, Any] = field(default_factory=dict)
-    spec: Mapping[str, Any] = field(default_factory=dict)
-    output: Mapping[str, Any] = field(default_factory=dict)
+    spec: Mapping[str, Any] = field(default_factory=dict)  # the job spec (JobSpec.to_dict)
     libraries: Mapping[str, Any] = field(default_factory=dict)
     invocations: tuple[Mapping[str, Any], ...] = ()
     shards_total: int = 0
@@ -113,7 +117,7 @@ class RunRecord:
             invocations=tuple(dict(i) for i in invocations),
             **counts,
             format=fmt,
-            extra={k: v for k, v in d.items() if k not in known},
+            extra=_unknown(d, known, objects["spec"]),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -122,3 +126,9 @@ class RunRecord:
         for key in _OBJECTS:
             out[key] = dict(out[key])
         return {**self.extra, **out}
+
+
+def _unknown(d: Mapping[str, Any], known: set[str], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys this version does not know, kept for the rewrite; format 1's copies of a
+    section that ``spec`` holds are not kept (the spec is stored once)."""
+    return {k: v for k, v in d.items() if k not in known and not (k in _COPIES and k in spec)}

@@ -1,8 +1,10 @@
-"""Run identity and the run record.
+"""Run identity and the run record, as stored.
 
 A run is identified by (model fingerprint, corpus fingerprint, analysis options): running
-the same job again is the same run and resumes it. Execution settings (workers, batch
-size, device) are not part of the identity: they do not change the numbers.
+the same job again is the same run and resumes it. What the options are is decided by the
+one owner of a run's identity (``runtime/prepare.py``); this module hashes them and reads
+and writes the records, taking plain values and typed records, never a job spec (store/
+imports nothing from config/).
 """
 
 from __future__ import annotations
@@ -11,61 +13,18 @@ import hashlib
 import json
 import platform
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from mixscope import __version__
-from mixscope.config import JobSpec
 from mixscope.store.layout import Layout
 from mixscope.store.run_record import RUN_FORMAT, RunRecord
-from mixscope.store.schema import SCHEMA_VERSION
 
 
-def identity_options(
-    spec: JobSpec, max_length: int, groups: tuple[str, ...] | None = None
-) -> dict[str, Any]:
-    """The options that change the numbers or the documents. ``max_length`` is the resolved
-    sequence length (``models.loading.resolved_max_length``), not the requested one, so a
-    spec that leaves it to the model and one that names the model's limit are one run;
-    ``groups`` the resolved measure groups (``all`` expanded for the model), likewise."""
-    c, a, o = spec.corpus, spec.analysis, spec.output
-    options: dict[str, Any] = {
-        "corpus": {
-            "format": c.format,
-            "split": c.split,
-            "pairs": c.pairs,
-            "text_field": c.text_field,
-            "skip_regex": c.skip_regex,
-            "max_doc_bytes": c.max_doc_bytes,
-            "limit": c.limit,
-        },
-        "analysis": {
-            "max_length": max_length,
-            "mask_rate": a.mask_rate,
-            "seed": a.seed,
-            "dtype": a.dtype,
-        },
-        "output": {
-            "detail": o.detail,
-            "sample_rate": o.sample_rate if o.detail == "sample" else None,
-            "precision": o.precision,
-        },
-        "schema_version": SCHEMA_VERSION,
-    }
-    # options added later enter the identity only when not their default, so the runs
-    # written before they existed keep their ids
-    if c.pair_selection != "split":
-        options["corpus"]["pair_selection"] = c.pair_selection
-    if a.mask_count != "round":
-        options["analysis"]["mask_count"] = a.mask_count
-    from mixscope.mixing.measures import DEFAULT_GROUPS
-
-    if groups is not None and tuple(groups) != DEFAULT_GROUPS:
-        options["analysis"]["measures"] = list(groups)
-    return options
-
-
-def run_id_for(model_fingerprint: str, corpus_fingerprint: str, options: dict[str, Any]) -> str:
+def run_id_for(model_fingerprint: str, corpus_fingerprint: str, options: Mapping[str, Any]) -> str:
+    """The run id: a hash of the identity (``prepare.identity_options``'s options). Changing
+    what goes in changes every run's id, so existing results would no longer resume."""
     key = json.dumps([model_fingerprint, corpus_fingerprint, options], sort_keys=True)
     return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
