@@ -133,7 +133,7 @@ def run_new(root: str, mode: str, vocab: Any, seqs: list, measures: list, chunk:
     """One shard through ShardResults (synchronous): wall and CPU seconds, of which finish,
     bytes."""
     from mixscope.config import OutputSpec
-    from mixscope.runtime.results import ShardResults
+    from mixscope.runtime.host_path import ShardResults
     from mixscope.store.layout import Layout
 
     detail, rate, precision = {**MODES, **GROUP_MODES}[mode]
@@ -190,8 +190,8 @@ def breakdown(root: str, tok: Any, seqs: list, measures: list, chunk: int, mode:
     import pstats
 
     from mixscope.config import OutputSpec
-    from mixscope.runtime.results import ShardResults
-    from mixscope.stats.block import Vocabulary
+    from mixscope.runtime.host_path import ShardResults
+    from mixscope.stats.token_block import Vocabulary
     from mixscope.store.layout import Layout
 
     detail, rate, precision = MODES[mode]
@@ -220,7 +220,7 @@ def serve(args: argparse.Namespace) -> int:
     shard's figures), ``profile`` answers the cProfile breakdowns; ends at end of input."""
     import json
 
-    from mixscope.stats.block import Vocabulary
+    from mixscope.stats.token_block import Vocabulary
 
     tok = minilm_tokenizer()
     seqs, measures = synthetic_shard(np.random.default_rng(0), 0, args.shard_seqs)

@@ -150,10 +150,10 @@ def shard_inputs(rng: np.random.Generator, zipf: Zipf, first_doc: int, n_seqs: i
 def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 0) -> dict:
     """A complete, consolidated run of about ``rows`` token-layer rows; sizes and times."""
     from mixscope.config import OutputSpec
-    from mixscope.runtime.results import ShardResults
+    from mixscope.runtime.host_path import ShardResults
     from mixscope.runtime.shard_result import ShardResult
-    from mixscope.stats.block import Vocabulary
     from mixscope.stats.consolidate import consolidate
+    from mixscope.stats.token_block import Vocabulary
     from mixscope.store.layout import Layout
     from mixscope.store.manifest import commit_shard
     from mixscope.store.run_record import RunRecord

@@ -27,10 +27,10 @@ import pyarrow as pa
 from mixscope.config import OutputSpec
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
-from mixscope.runtime.results import ShardResults
+from mixscope.runtime.host_path import ShardResults
 from mixscope.runtime.shard_result import ShardResult
-from mixscope.stats.block import Vocabulary
 from mixscope.stats.consolidate import consolidate
+from mixscope.stats.token_block import Vocabulary
 from mixscope.store.layout import Layout
 from mixscope.store.manifest import commit_shard
 from mixscope.store.run_record import RunRecord
@@ -173,8 +173,8 @@ def result_tables(
 ) -> tuple[pa.Table, dict[str, pa.Table]]:
     """The detail table and the statistics tables a worker would write for ``seqs``."""
     from mixscope.stats.accumulate import statistics
-    from mixscope.stats.block import token_block
     from mixscope.stats.detail import detail_table
+    from mixscope.stats.token_block import token_block
 
     vocab = Vocabulary(SyntheticTokenizer())
     block = token_block(*shard_arrays(seqs, layers, rng), vocab)

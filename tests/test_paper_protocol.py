@@ -212,7 +212,7 @@ def test_fit_selection_end_to_end(tiny_bert_dir, tmp_path):
     assert "2 kept, 0 split, 3 skipped" in result.output
 
     from mixscope.report.context import Report
-    from mixscope.report.tables import runs_section
+    from mixscope.report.table_sections import runs_section
     from mixscope.store.run_record import RunRecord
 
     rep = Report(str(out), [RunRecord.from_json(record, "run.json")], None)

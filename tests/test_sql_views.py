@@ -232,7 +232,7 @@ def test_runs_of_schema_3_read_the_token_strings_of_their_own_files(tmp_path, mo
     import pyarrow as pa
 
     from mixscope.stats.accumulate import ShardStatistics
-    from mixscope.stats.block import Vocabulary
+    from mixscope.stats.token_block import Vocabulary
 
     real = ShardStatistics.tables
 

@@ -344,8 +344,8 @@ def test_queries_are_right_at_every_commit_and_consolidation(tmp_path):
     import sql_fixtures as sf
     from mixscope.config import OutputSpec
     from mixscope.corpus.plan import Document
-    from mixscope.runtime.results import ShardResults
-    from mixscope.stats.block import Vocabulary
+    from mixscope.runtime.host_path import ShardResults
+    from mixscope.stats.token_block import Vocabulary
 
     rng = np.random.default_rng(2)
     seqs = sf.make_sequences(rng, 18)
@@ -497,7 +497,7 @@ def test_a_shard_added_block_by_block_equals_the_whole_block():
     """The worker adds a shard chunk by chunk: the accumulators merge keys exactly."""
     import sql_fixtures as sf
     from mixscope.stats.accumulate import ShardStatistics, statistics
-    from mixscope.stats.block import Vocabulary, token_block
+    from mixscope.stats.token_block import Vocabulary, token_block
 
     rng = np.random.default_rng(5)
     seqs = sf.make_sequences(rng, 40, pairs=True, unk_every=3)

@@ -17,9 +17,9 @@ import pytest
 import sql_fixtures as sf
 from mixscope.stats import histograms
 from mixscope.stats.accumulate import ShardStatistics
-from mixscope.stats.block import TokenBlock, Vocabulary, token_block
 from mixscope.stats.histograms import bins, fast_bins
 from mixscope.stats.singletons import restore
+from mixscope.stats.token_block import TokenBlock, Vocabulary, token_block
 from mixscope.store.schema import ALL_TOKENS, HIST_BINS, STATS, STORED_MEASURES
 
 LAYERS = 3

@@ -59,7 +59,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
-    from mixscope.cli import analyze, jobs, results
+    from mixscope.cli import analyze, jobs, query_commands
     from mixscope.cli.checkpoints import checkpoints
 
     for command in (
@@ -68,13 +68,13 @@ def _register() -> None:
         jobs.validate,
         jobs.status,
         jobs.submit,
-        results.sql,
-        results.queries,
-        results.query,
-        results.compare,
+        query_commands.sql,
+        query_commands.queries,
+        query_commands.query,
+        query_commands.compare,
         checkpoints,
-        results.frequencies,
-        results.report,
+        query_commands.frequencies,
+        query_commands.report,
     ):
         main.add_command(command)
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from mixscope.errors import MixscopeError
-from mixscope.mixing.block import select_values
+from mixscope.mixing.block_tensors import select_values
 from mixscope.mixing.fast_attention import FastWeights
 
 #: the points every block registers: the attention block's own tensors (BlockTensors)

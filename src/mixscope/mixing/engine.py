@@ -22,7 +22,7 @@ import torch
 
 from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
-from mixscope.mixing.block import BlockParams, BlockTensors, FFParams, NormParams, centre
+from mixscope.mixing.block_tensors import BlockParams, BlockTensors, FFParams, NormParams, centre
 from mixscope.mixing.capture import BASE, Capture
 from mixscope.mixing.exactness import check_residuals
 from mixscope.mixing.fast_attention import FAST_ATTENTION, first_positions, register, release_masks

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from mixscope.errors import ExactnessError
-from mixscope.mixing.block import (
+from mixscope.mixing.block_tensors import (
     BlockParams,
     BlockTensors,
     centre,

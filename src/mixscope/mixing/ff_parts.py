@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from mixscope.mixing.block import FFParams, project
+from mixscope.mixing.block_tensors import FFParams, project
 
 #: Gauss–Legendre nodes for B = ∫₀¹ φ(t·g) dt (see the module docstring for the error)
 QUADRATURE_NODES = 16

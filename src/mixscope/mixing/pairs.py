@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from mixscope.mixing.block import (
+from mixscope.mixing.block_tensors import (
     BlockParams,
     BlockTensors,
     centre,

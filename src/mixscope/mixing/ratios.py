@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mixscope.mixing.block import BlockParams, BlockTensors, head_values
+from mixscope.mixing.block_tensors import BlockParams, BlockTensors, head_values
 
 
 def self_attention_vector(t: BlockTensors, p: BlockParams) -> torch.Tensor:

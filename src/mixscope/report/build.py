@@ -67,7 +67,7 @@ def build_report(
     from mixscope.report.contributions import contributions_section
     from mixscope.report.frequency import frequency_section
     from mixscope.report.layers import layer_sections, sink_section
-    from mixscope.report.tables import runs_section, summary_section
+    from mixscope.report.table_sections import runs_section, summary_section
     from mixscope.report.trend import trend_section
     from mixscope.store.unreadable import naming_unreadable
 

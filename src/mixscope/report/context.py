@@ -1,8 +1,9 @@
 """The state every report section works on: the runs, the views connection, the figures.
 
-Sections are plain functions of a :class:`Report` (report/tables.py, layers.py, frequency.py,
-components.py, trend.py, comparison.py, contributions.py), so ``build_report`` renders them
-into a page and ``Results.plot`` (report/figures.py) takes the very same figures unrendered.
+Sections are plain functions of a :class:`Report` (report/table_sections.py, layers.py,
+frequency.py, components.py, trend.py, comparison.py, contributions.py), so
+``build_report`` renders them into a page and ``Results.plot`` (report/figures.py) takes
+the very same figures unrendered.
 """
 
 from __future__ import annotations

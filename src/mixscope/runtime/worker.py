@@ -32,9 +32,9 @@ from mixscope.mixing.batches import run_batches
 from mixscope.mixing.engine import MixingEngine
 from mixscope.models.loading import load, load_tokenizer
 from mixscope.runtime import faults
-from mixscope.runtime.results import ShardResults
+from mixscope.runtime.host_path import ShardResults
 from mixscope.runtime.shard_result import ShardResult
-from mixscope.stats.block import Vocabulary
+from mixscope.stats.token_block import Vocabulary
 from mixscope.store.layout import Layout
 
 

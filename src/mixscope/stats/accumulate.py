@@ -22,12 +22,12 @@ import numpy as np
 import pyarrow as pa
 
 from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
-from mixscope.stats.block import TokenBlock, Vocabulary
+from mixscope.stats.arrow_tables import kind_table, measure_columns
 from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins
 from mixscope.stats.keys import ID_BITS, grouped, key_order, token_keys
 from mixscope.stats.moments import N_CAT, TokenMoments, sequence_moments
 from mixscope.stats.singletons import restore
-from mixscope.stats.tables import kind_table, measure_columns
+from mixscope.stats.token_block import TokenBlock, Vocabulary
 from mixscope.store.schema import (
     ALL_TOKENS,
     EXACT_LIMBS,

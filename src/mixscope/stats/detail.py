@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from mixscope.stats.block import TokenBlock, Vocabulary
+from mixscope.stats.token_block import TokenBlock, Vocabulary
 from mixscope.store.schema import STORED_MEASURES, detail_schema
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)

@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 
 from mixscope.mixing.measures import DEFAULT_GROUPS, measure_set
+from mixscope.stats.arrow_tables import kind_table
 from mixscope.stats.kernels import add_layer_histogram
 from mixscope.stats.keys import ID_BITS, counted
-from mixscope.stats.tables import kind_table
 from mixscope.store.schema import CATEGORIES, HIST_BINS, LAYER_HIST, TOKEN_HIST
 
 N_CAT = len(CATEGORIES)

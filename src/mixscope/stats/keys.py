@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mixscope.stats.block import TokenBlock
+from mixscope.stats.token_block import TokenBlock
 
 #: bit layout of ``token_keys``: token id << 35 | original id << 7 | token type << 3 | category
 ID_BITS = 28

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mixscope.stats.block import TokenBlock
 from mixscope.stats.kernels import add_moments
 from mixscope.stats.keys import KeyIndex, grouped, unique_inverse
+from mixscope.stats.token_block import TokenBlock
 from mixscope.store.schema import CATEGORIES, STORED_MEASURES
 
 N_CAT = len(CATEGORIES)

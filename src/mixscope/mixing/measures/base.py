@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from mixscope.mixing.block import BlockParams, BlockTensors
+    from mixscope.mixing.block_tensors import BlockParams, BlockTensors
     from mixscope.models.adapters import Adapter
 
 

@@ -39,7 +39,7 @@ from mixscope.mixing.measures.base import (
 if TYPE_CHECKING:
     import torch
 
-    from mixscope.mixing.block import BlockParams, BlockTensors
+    from mixscope.mixing.block_tensors import BlockParams, BlockTensors
     from mixscope.models.adapters import Adapter
 
 
@@ -99,7 +99,7 @@ class FeedForward(MeasureGroup):
         return out.masked_fill(batch.no_context.unsqueeze(0), 0.0)
 
     def check(self, t: BlockTensors, p: BlockParams, batch: BatchInfo) -> list[Residual]:
-        from mixscope.mixing.block import centre, norm_scale, project
+        from mixscope.mixing.block_tensors import centre, norm_scale, project
         from mixscope.mixing.exactness import attention_sum, relative_error
         from mixscope.mixing.ff_parts import split_output
 
@@ -169,7 +169,7 @@ def _ratios(tok: _Tokens, p: BlockParams) -> torch.Tensor:
     """ff_n, ffres_n, ffresln_n of some tokens: [measure, tokens]."""
     import torch
 
-    from mixscope.mixing.block import centre_
+    from mixscope.mixing.block_tensors import centre_
     from mixscope.mixing.ratios import norm_ratio
 
     assert p.ff_norm is not None
@@ -204,7 +204,7 @@ def _parts(
     context part is None where the FF reads the token alone (a parallel residual)."""
     import torch
 
-    from mixscope.mixing.block import centre, centre_, norm_scale, project
+    from mixscope.mixing.block_tensors import centre, centre_, norm_scale, project
     from mixscope.mixing.ff_parts import context_pre_activations, split_output
 
     ff = p.ff

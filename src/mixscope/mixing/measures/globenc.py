@@ -31,7 +31,7 @@ from mixscope.mixing.measures.base import (
 if TYPE_CHECKING:
     import torch
 
-    from mixscope.mixing.block import BlockParams, BlockTensors
+    from mixscope.mixing.block_tensors import BlockParams, BlockTensors
     from mixscope.models.adapters import Adapter
 
 
@@ -79,7 +79,7 @@ class GlobEnc(MeasureGroup):
         return ratio.masked_fill(batch.no_context, 0.0).unsqueeze(0)  # [1, batch, seq]
 
     def check(self, t: BlockTensors, p: BlockParams, batch: BatchInfo) -> list[Residual]:
-        from mixscope.mixing.block import centre, norm_scale
+        from mixscope.mixing.block_tensors import centre, norm_scale
         from mixscope.mixing.exactness import rebuilt_norm_output, relative_error
 
         n2 = p.ff_norm
@@ -104,7 +104,7 @@ def _ln_parts(t: BlockTensors, p: BlockParams) -> tuple[torch.Tensor, torch.Tens
     """(γ ⊙ centre(Σ_{j≠i} r_ij), γ ⊙ centre(r_ii)) when the paper group did not run."""
     import torch
 
-    from mixscope.mixing.block import centre_
+    from mixscope.mixing.block_tensors import centre_
     from mixscope.mixing.ratios import self_attention_vector
 
     a_self = self_attention_vector(t, p)  # [batch, seq, hidden]

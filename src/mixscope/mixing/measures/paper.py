@@ -32,7 +32,7 @@ from mixscope.mixing.measures.base import (
 if TYPE_CHECKING:
     import torch
 
-    from mixscope.mixing.block import BlockParams, BlockTensors
+    from mixscope.mixing.block_tensors import BlockParams, BlockTensors
 
 #: ``Workspace.shared`` key: (γ ⊙ centre(Σ_{j≠i} r_ij), γ ⊙ centre(r_ii (+ m_i))), each
 #: [batch, seq, hidden]: F_i's context and own parts times s(z_i) (globenc reads them)
@@ -58,7 +58,7 @@ class Paper(MeasureGroup):
     ) -> torch.Tensor:
         import torch
 
-        from mixscope.mixing.block import centre_
+        from mixscope.mixing.block_tensors import centre_
         from mixscope.mixing.ratios import norm_ratio, self_attention_vector
 
         norm = lambda v: torch.linalg.vector_norm(v, dim=-1)  # noqa: E731  [batch, seq]

@@ -33,7 +33,7 @@ from mixscope.mixing.measures.base import (
 if TYPE_CHECKING:
     import torch
 
-    from mixscope.mixing.block import BlockParams, BlockTensors
+    from mixscope.mixing.block_tensors import BlockParams, BlockTensors
 
 
 class Sink(MeasureGroup):
@@ -70,7 +70,7 @@ class Sink(MeasureGroup):
     def check(self, t: BlockTensors, p: BlockParams, batch: BatchInfo) -> list[Residual]:
         import torch
 
-        from mixscope.mixing.block import per_head_transformed
+        from mixscope.mixing.block_tensors import per_head_transformed
         from mixscope.mixing.exactness import relative_error
         from mixscope.mixing.ratios import first_attention_vector
 

@@ -24,8 +24,8 @@ from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
 from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
 from mixscope.stats.accumulate import ShardStatistics
-from mixscope.stats.block import Vocabulary, token_block
 from mixscope.stats.detail import detail_table, kept
+from mixscope.stats.token_block import Vocabulary, token_block
 from mixscope.store.layout import Layout
 from mixscope.store.schema import DOCUMENT_SCHEMA
 from mixscope.store.writer import ParquetBuffer, write_bytes, write_parquet
