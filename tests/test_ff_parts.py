@@ -152,3 +152,16 @@ def test_the_bias_free_shortcut_changes_no_number(tiny, monkeypatch):
     general = mixscope.analyze((model, tok), TEXTS, measures="ff", attention="fast")
     for c in ("ff_n", "ffres_n", "ffresln_n"):
         assert np.allclose(short[c].to_numpy(), general[c].to_numpy(), atol=1e-7), c
+
+
+def test_chunks_of_tokens_change_no_number(tiny, monkeypatch):
+    """Every step of the split is per token: a batch in chunks of 16 tokens gives the
+    values of one chunk (the tiny models fit in one)."""
+    import mixscope.mixing.ff_parts as ff_parts
+
+    model, tok = tiny("gpt2", torch.float64)
+    whole = mixscope.analyze((model, tok), TEXTS, measures="ff", attention="fast")
+    monkeypatch.setitem(ff_parts.CHUNK_ELEMENTS, "cpu", 1)  # the 16-token floor
+    chunked = mixscope.analyze((model, tok), TEXTS, measures="ff", attention="fast")
+    for c in ("ff_n", "ffres_n", "ffresln_n"):
+        assert np.allclose(whole[c].to_numpy(), chunked[c].to_numpy(), rtol=0, atol=1e-12), c

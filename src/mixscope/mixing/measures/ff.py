@@ -92,7 +92,8 @@ class FeedForward(MeasureGroup):
         out = torch.empty(len(self.columns), count, dtype=t.x.dtype, device=t.x.device)
         # every step is per token: chunks bound the [tokens, d_ff] temporaries (and keep
         # them in cache on a CPU)
-        step = chunk_tokens(d_ff, t.x.device)
+        chunks = -(-count // chunk_tokens(d_ff, t.x.device))
+        step = -(-count // chunks)  # even chunks
         for start in range(0, count, step):
             out[:, start : start + step] = _ratios(tokens.rows(start, start + step), p)
         out = out.view(len(self.columns), *batch.valid.shape)  # [measure, batch, seq]
