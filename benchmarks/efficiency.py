@@ -60,12 +60,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from common import HEADING, publish, source_state, wikitext_path
 
 DETAILS = ("none", "sample")
+#: documents of the probe's shard (the job's first ones)
+PROBE_DOCS = 128
 
 
 # -- the bare forward: one child process per worker -------------------------------------------
 def bare_child(args: argparse.Namespace) -> None:
     """One bare-forward process: imports, says ready, waits for ``go`` on stdin, then loads,
     tokenizes and runs the forward over its documents; prints its timings as JSON."""
+    started = time.time()
     import torch
     from transformers import AutoModel
 
@@ -73,6 +76,7 @@ def bare_child(args: argparse.Namespace) -> None:
     from mixscope.models.loading import load_tokenizer, resolve_source
 
     torch.set_num_threads(1)
+    imported = time.time()
     texts = json.loads(Path(args.texts).read_text(encoding="utf-8"))
     print("ready", flush=True)
     sys.stdin.readline()
@@ -87,7 +91,7 @@ def bare_child(args: argparse.Namespace) -> None:
     forward_s = batches_forward(model, seqs, args.batch_size, tokenizer.pad_token_id, pad_batch)
     end = time.time()
     out = {"t0": t0, "end": end, "load": loaded - t0, "tokenize": encoded - loaded}
-    out.update(forward=forward_s, tokens=sum(len(s) for s in seqs))
+    out.update(forward=forward_s, tokens=sum(len(s) for s in seqs), imports=imported - started)
     print(json.dumps(out), flush=True)
 
 
@@ -149,6 +153,7 @@ def bare_forward(texts: list[str], args: argparse.Namespace, tmp: Path) -> dict[
         "load": statistics.median(r["load"] for r in rows),
         "tokenize": statistics.median(r["tokenize"] for r in rows),
         "forward": statistics.median(r["forward"] for r in rows),
+        "imports": statistics.median(r["imports"] for r in rows),
         "tokens": sum(r["tokens"] for r in rows),
     }
 
@@ -189,11 +194,14 @@ def probe_child(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     spec = load_spec(None, job_keys(args, args.probe_out, "none"))
+    # the first documents, a shard of at most PROBE_DOCS (each method runs 1 + reps times)
+    probe_docs = min(spec.runtime.docs_per_shard, PROBE_DOCS)
+    spec = replace(spec, corpus=replace(spec.corpus, limit=probe_docs))
+    shard = plan_corpus(spec.corpus, probe_docs).shards[0]
     worker = ShardWorker(spec, "probe")
     bare = AutoModel.from_pretrained(
         resolve_source(args.model), attn_implementation="sdpa", dtype=torch.float32
     ).eval()
-    shard = plan_corpus(spec.corpus, spec.runtime.docs_per_shard).shards[0]
     docs = read_shard(shard, spec.corpus)
     seqs = worker._encode(docs)
     tokens = sum(len(s) for s in seqs)
@@ -226,7 +234,7 @@ def probe_child(args: argparse.Namespace) -> None:
             cpu[name].append(time.process_time() - c0)
     worker.close()
     med = {k: statistics.median(v) / tokens for k, v in cpu.items()}
-    print(json.dumps({"per_token": med, "tokens": tokens}), flush=True)
+    print(json.dumps({"per_token": med, "tokens": tokens, "docs": len(docs)}), flush=True)
 
 
 def probe(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -315,8 +323,10 @@ def breakdown(run: dict[str, float], bare: dict[str, float], cpu: dict[str, floa
         ("host path (statistics, detail, Parquet)", host),
         ("tail (idle actor-seconds at the end / workers)", run["tail"] / workers),
     ]
-    outside = run["before_pool"] + run["after_pool"] - run["ray_start"]
-    items.append(("the rest: outside the pool (CLI, plan, consolidate, exit)", outside))
+    before = run["before_pool"] - run["ray_start"]
+    items.append(("the rest: before the pool (CLI start, planning, model identity)", before))
+    after = run["after_pool"]
+    items.append(("the rest: after the pool (consolidation, run record, Ray shutdown)", after))
     known = sum(v for _, v in items)
     items.append(("the rest: inside the pool, unexplained", run["wall"] - bare["wall"] - known))
     return items
@@ -424,11 +434,13 @@ def report(args: argparse.Namespace, plan: Any, bare: dict[str, float], runs: di
         out(f"| {name} | " + " | ".join(cells) + " |")
     out(
         f"\nBare forward: model load {bare['load']:.2f} s, tokenizing {bare['tokenize']:.2f} s, "
-        f"forward {bare['forward']:.2f} s (medians over its processes). The job: first actor "
+        f"forward {bare['forward']:.2f} s (medians over its processes; their imports, "
+        f"{bare['imports']:.2f} s, not counted). The job: first actor "
         f"ready {runs['none']['first_ready']:.2f} s after the pool's start (model load "
         f"{runs['none']['load']:.2f} s), pool {runs['none']['pool']:.2f} s, "
-        f"{runs['none']['shards']} shards. Probe (first shard, {cpu['tokens']:,} tokens, one "
-        f"thread, CPU µs per token): forward {1e6 * per['forward']:.1f}, engine "
+        f"{runs['none']['shards']} shards. Probe (the first {cpu['docs']} documents, "
+        f"{cpu['tokens']:,} tokens, one thread, CPU µs per token): forward "
+        f"{1e6 * per['forward']:.1f}, engine "
         f"{1e6 * per['engine']:.1f} ({per['engine'] / per['forward']:.3f}× forward), "
         f"tokenizing {1e6 * per['tokenize']:.1f}, "
         + ", ".join(
