@@ -21,12 +21,15 @@ the shares add up to 1):
 - *actor start and model load*: the first actor's readiness (process spawn, imports, model
   load) less the bare processes' model load;
 - *analysis over forward*: the engine's CPU time over the bare forward's on the same
-  sequences (a probe process, one thread: the job's first shard, interleaved repetitions),
+  sequences (a probe process, one thread: the job's first 128 documents, interleaved
+  repetitions, medians),
   per token, times the job's tokens, over the workers (the cores are full: CPU seconds
   become wall seconds divided by the cores);
-- *host path*: a worker's ``process(shard)`` CPU time less its tokenizing and engine CPU
-  time in the same probe (statistics, detail rows, Parquet, the result thread), per token,
-  likewise scaled;
+- *padding*: the engine's CPU time on the worker's chunks of documents, each sorted and
+  batched on its own as ``process`` runs them, over the engine on the same sequences sorted
+  in one piece (the same probe), likewise scaled;
+- *host path*: the CPU time of the result thread's work in the probe's ``process(shard)``
+  (``ShardResults``: statistics, detail rows, Parquet, writes), per token, likewise scaled;
 - *tail*: the actor-seconds idle at the pool's end (``tail_idle_actor_s``) over the workers;
 - *the rest*: what is left, split into the time outside the actor pool (CLI start, planning
   and fingerprint, consolidation, records, Ray shutdown, process exit; less the Ray start)
@@ -210,9 +213,30 @@ def probe_child(args: argparse.Namespace) -> None:
     r = spec.runtime
     specs = {d: replace(spec, output=replace(spec.output, detail=d)) for d in DETAILS}
 
+    # the host path timed where it runs: CPU time of the result thread's work
+    from mixscope.runtime import results
+
+    host_cpu = [0.0]
+
+    def thread_cpu(fn: Any) -> Any:
+        def timed(*a: Any, **k: Any) -> Any:
+            c0 = time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                host_cpu[0] += time.thread_time() - c0
+
+        return timed
+
+    results.ShardResults._consume = thread_cpu(results.ShardResults._consume)  # type: ignore
+    results.ShardResults.finish = thread_cpu(results.ShardResults.finish)  # type: ignore
+    host: dict[str, list[float]] = {d: [] for d in DETAILS}
+
     def process(detail: str) -> None:
         worker.spec = specs[detail]
+        host_cpu[0] = 0.0
         worker.process(shard)
+        host[detail].append(host_cpu[0])
 
     methods = {
         "tokenize": lambda: worker._encode(docs),
@@ -228,6 +252,8 @@ def probe_child(args: argparse.Namespace) -> None:
     }
     for fn in methods.values():  # warm-up
         fn()
+    for v in host.values():
+        v.clear()
     cpu: dict[str, list[float]] = {k: [] for k in methods}
     names = list(methods)
     for rep in range(args.probe_reps):
@@ -239,6 +265,7 @@ def probe_child(args: argparse.Namespace) -> None:
             cpu[name].append(time.process_time() - c0)
     worker.close()
     med = {k: statistics.median(v) / tokens for k, v in cpu.items()}
+    med.update({f"host {d}": statistics.median(v) / tokens for d, v in host.items()})
     info = {
         "per_token": med,
         "tokens": tokens,
@@ -344,7 +371,7 @@ def breakdown(
     per = cpu  # CPU seconds per token (the probe)
     analysis = (per["engine"] - per["forward"]) * tokens / workers
     chunking = (per["engine chunked"] - per["engine"]) * tokens / workers
-    host = (per[f"process {detail}"] - per["tokenize"] - per["engine chunked"]) * tokens / workers
+    host = per[f"host {detail}"] * tokens / workers
     items = [
         ("Ray start", run["ray_start"]),
         ("actor start and model load (over the bare load)", run["first_ready"] - run["bare_load"]),
@@ -442,7 +469,12 @@ def report(args: argparse.Namespace, plan: Any, bare: dict[str, float], runs: di
            cpu: dict[str, Any], load: tuple[float, float]) -> list[str]:  # fmt: skip
     tokens = bare["tokens"]
     per = cpu["per_token"]
-    reps = "one run each" if args.reps == 1 else f"the median of {args.reps} interleaved runs"
+    reps = (
+        "one run each"
+        if args.reps == 1
+        else f"{args.reps} interleaved runs each, the run of the median ratio shown "
+        "(the lower one for an even count)"
+    )
     lines: list[str] = []
     out = lines.append
     corpus = "WikiText-2 test split" if args.corpus == str(wikitext_path()) else args.corpus
@@ -506,8 +538,8 @@ def report(args: argparse.Namespace, plan: Any, bare: dict[str, float], runs: di
         f"real ones, sorted in one piece {cpu['padded_whole']:.3f}×), "
         f"tokenizing {1e6 * per['tokenize']:.1f}, "
         + ", ".join(
-            f"host path `{d}` "
-            f"{1e6 * (per[f'process {d}'] - per['tokenize'] - per['engine chunked']):.1f}"
+            f"host path `{d}` {1e6 * per[f'host {d}']:.1f} (the whole `process` "
+            f"{1e6 * per[f'process {d}']:.1f})"
             for d in DETAILS
         )
         + "."
