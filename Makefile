@@ -52,6 +52,7 @@ bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/pipeline.py --detail none --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/elastic.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/startup.py --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/efficiency.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/sql.py --save
 	$(BIN)/python benchmarks/readme.py
 

@@ -73,3 +73,11 @@ def test_gpu_check_is_one_executable_command() -> None:
         timeout=120,
     )
     assert done.returncode == 3 and "no GPU here" in done.stdout
+
+
+@pytest.mark.slow
+def test_efficiency_benchmark_runs(tmp_path: Path) -> None:
+    out = _quick("efficiency.py", tmp_path)
+    assert "bare forward" in out and "detail `none`" in out and "detail `sample`" in out
+    assert "analysis over forward" in out and "host path" in out and "tail" in out
+    assert list(tmp_path.iterdir()) == []  # its scratch folder is removed
