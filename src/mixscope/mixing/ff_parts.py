@@ -35,7 +35,7 @@ from mixscope.mixing.block_tensors import FFParams, project
 QUADRATURE_NODES = 16
 #: [tokens, d_ff] elements per chunk of tokens: cache-sized on a CPU (the element-wise
 #: passes run in cache), large on an accelerator (few kernel launches); bounds memory too
-CHUNK_ELEMENTS = {"cpu": 1 << 22}
+CHUNK_ELEMENTS = {"cpu": 1 << 20}
 DEVICE_CHUNK_ELEMENTS = 1 << 24
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
