@@ -129,13 +129,32 @@ def documents(seqs: list) -> list:
     return [Document(s.doc_id, "", "synthetic.txt", 100 * s.doc_id) for s in seqs]
 
 
+def _shard_results() -> Any:
+    """``ShardResults`` of the code on ``sys.path``: the current module name, or the
+    baseline's (before the rename of runtime/results.py)."""
+    try:
+        from mixscope.runtime.host_path import ShardResults
+    except ModuleNotFoundError:  # a baseline revision
+        from mixscope.runtime.results import ShardResults  # type: ignore[no-redef]
+    return ShardResults
+
+
+def _vocabulary() -> Any:
+    """``Vocabulary`` of the code on ``sys.path`` (stats/block.py before the rename)."""
+    try:
+        from mixscope.stats.token_block import Vocabulary
+    except ModuleNotFoundError:  # a baseline revision
+        from mixscope.stats.block import Vocabulary  # type: ignore[no-redef]
+    return Vocabulary
+
+
 def run_new(root: str, mode: str, vocab: Any, seqs: list, measures: list, chunk: int) -> dict:
     """One shard through ShardResults (synchronous): wall and CPU seconds, of which finish,
     bytes."""
     from mixscope.config import OutputSpec
-    from mixscope.runtime.host_path import ShardResults
     from mixscope.store.layout import Layout
 
+    ShardResults = _shard_results()
     detail, rate, precision = {**MODES, **GROUP_MODES}[mode]
     layout = Layout.open(root)
     out = OutputSpec(detail=detail, sample_rate=rate, precision=precision)
@@ -190,10 +209,9 @@ def breakdown(root: str, tok: Any, seqs: list, measures: list, chunk: int, mode:
     import pstats
 
     from mixscope.config import OutputSpec
-    from mixscope.runtime.host_path import ShardResults
-    from mixscope.stats.token_block import Vocabulary
     from mixscope.store.layout import Layout
 
+    ShardResults, Vocabulary = _shard_results(), _vocabulary()
     detail, rate, precision = MODES[mode]
     out = OutputSpec(detail=detail, sample_rate=rate, precision=precision)
     results = ShardResults(Layout.open(root), "profile", 0, Vocabulary(tok), out, None)
@@ -220,8 +238,7 @@ def serve(args: argparse.Namespace) -> int:
     shard's figures), ``profile`` answers the cProfile breakdowns; ends at end of input."""
     import json
 
-    from mixscope.stats.token_block import Vocabulary
-
+    Vocabulary = _vocabulary()
     tok = minilm_tokenizer()
     seqs, measures = synthetic_shard(np.random.default_rng(0), 0, args.shard_seqs)
     try:  # the current code: the same shard with every group's columns
