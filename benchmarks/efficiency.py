@@ -201,7 +201,7 @@ def probe_child(args: argparse.Namespace) -> None:
     probe_docs = min(spec.runtime.docs_per_shard, PROBE_DOCS)
     spec = replace(spec, corpus=replace(spec.corpus, limit=probe_docs))
     shard = plan_corpus(spec.corpus, probe_docs).shards[0]
-    worker = ShardWorker(spec, "probe")
+    worker = ShardWorker(spec, "probe", args.max_length)  # the resolved length, as a run gives it
     bare = AutoModel.from_pretrained(
         resolve_source(args.model), attn_implementation="sdpa", dtype=torch.float32
     ).eval()
@@ -214,7 +214,7 @@ def probe_child(args: argparse.Namespace) -> None:
     specs = {d: replace(spec, output=replace(spec.output, detail=d)) for d in DETAILS}
 
     # the host path timed where it runs: CPU time of the result thread's work
-    from mixscope.runtime import results
+    from mixscope.runtime import host_path as results
 
     host_cpu = [0.0]
 
@@ -325,7 +325,7 @@ def job(args: argparse.Namespace, tmp: Path, detail: str, rep: int) -> dict[str,
     t1 = time.time()
     if done.returncode != 0:
         raise SystemExit(f"mixscope run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    from mixscope.runtime.pool_status import read_pool_status
+    from mixscope.status import read_pool_status
 
     (run_dir,) = list((out / "_mixscope" / "runs").iterdir())
     run = json.loads((run_dir / "run.json").read_text())
