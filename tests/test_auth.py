@@ -37,7 +37,12 @@ def ray_log():
     assert setup.logger is logger
     records = _Records()
     logger.addHandler(records)
+    # a Ray started earlier in the session (logging_level="ERROR") may have raised the
+    # level of Ray's loggers: the warnings this test emits must reach the handler
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
     yield setup, records.messages
+    logger.setLevel(level)
     logger.removeHandler(records)
 
 
