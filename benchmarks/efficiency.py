@@ -22,12 +22,13 @@ the shares add up to 1):
   load) less the bare processes' model load;
 - *analysis over forward*: the engine's CPU time over the bare forward's on the same
   sequences (a probe process, one thread: the job's first 128 documents, interleaved
-  repetitions, medians),
-  per token, times the job's tokens, over the workers (the cores are full: CPU seconds
-  become wall seconds divided by the cores);
-- *padding*: the engine's CPU time on the worker's chunks of documents, each sorted and
-  batched on its own as ``process`` runs them, over the engine on the same sequences sorted
-  in one piece (the same probe), likewise scaled;
+  repetitions, medians), per padded token, times the tokens the bare forward's batches
+  hold (padding included), over the workers (the cores are full: CPU seconds become wall
+  seconds divided by the cores);
+- *padding*: the engine's CPU time per padded token times the tokens the job's batches
+  hold beyond the bare forward's (the job sorts and batches each chunk of each shard on its
+  own, the bare forward each process's whole share; both counted over the whole corpus),
+  likewise scaled;
 - *host path*: the CPU time of the result thread's work in the probe's ``process(shard)``
   (``ShardResults``: statistics, detail rows, Parquet, writes), per token, likewise scaled;
 - *tail*: the actor-seconds idle at the pool's end (``tail_idle_actor_s``) over the workers;
@@ -207,8 +208,8 @@ def probe_child(args: argparse.Namespace) -> None:
     ).eval()
     docs = read_shard(shard, spec.corpus)
     seqs = worker._encode(docs)
-    chunks = [worker._encode(c) for c in worker._chunks(docs)]  # as process() runs them
     tokens = sum(len(s) for s in seqs)
+    padding = corpus_padding(worker, spec, args)
     pad_id = worker.loaded.pad_token_id
     r = spec.runtime
     specs = {d: replace(spec, output=replace(spec.output, detail=d)) for d in DETAILS}
@@ -244,10 +245,6 @@ def probe_child(args: argparse.Namespace) -> None:
         "engine": lambda: run_batches(
             worker.engine, seqs, r.batch_size, batch_tokens=r.batch_tokens
         ),
-        # the worker's way: each chunk of documents sorted and batched on its own
-        "engine chunked": lambda: [
-            run_batches(worker.engine, c, r.batch_size, batch_tokens=r.batch_tokens) for c in chunks
-        ],
         **{f"process {d}": (lambda d=d: process(d)) for d in DETAILS},
     }
     for fn in methods.values():  # warm-up
@@ -266,15 +263,40 @@ def probe_child(args: argparse.Namespace) -> None:
     worker.close()
     med = {k: statistics.median(v) / tokens for k, v in cpu.items()}
     med.update({f"host {d}": statistics.median(v) / tokens for d, v in host.items()})
-    info = {
-        "per_token": med,
-        "tokens": tokens,
-        "docs": len(docs),
-        "chunk_docs": len(worker._chunks(docs)[0]),
-    }
-    info["padded_whole"] = padded(seqs, r.batch_size) / tokens
-    info["padded_chunked"] = sum(padded(c, r.batch_size) for c in chunks) / tokens
+    probe_padded = padded(seqs, r.batch_size)  # what the probe's engine and forward ran
+    # CPU per token the batches hold, padding included (cost follows the padded tokens)
+    med.update({f"{k} padded": med[k] * tokens / probe_padded for k in ("forward", "engine")})
+    info = {"per_token": med, "tokens": tokens, "docs": len(docs), **padding}
     print(json.dumps(info), flush=True)
+
+
+def corpus_padding(worker: Any, spec: Any, args: argparse.Namespace) -> dict[str, float]:
+    """Tokens with padding over the whole corpus: the bare forward's (each process's share
+    sorted in one piece) and the job's (each chunk of each shard sorted on its own, as
+    ``ShardWorker.process`` runs them), with the real tokens and chunks per shard."""
+    from dataclasses import replace
+
+    from mixscope.corpus.encode import encode_documents
+    from mixscope.corpus.plan import plan_corpus, read_shard
+
+    corpus = replace(spec.corpus, limit=args.limit or None)
+    plan = plan_corpus(corpus, spec.runtime.docs_per_shard)
+    shards = [read_shard(s, corpus) for s in plan.shards]
+    chunks = [c for docs in shards for c in worker._chunks(docs)]
+    encoded = [worker._encode(c) for c in chunks]
+    job = sum(padded(c, args.batch_size) for c in encoded)
+    real = sum(len(s) for c in encoded for s in c)
+    texts = [d.text for docs in shards for d in docs]
+    bare = 0
+    for part in split_balanced(texts, args.workers):  # as bare_forward splits the corpus
+        seqs = encode_documents(worker.tokenizer, part, max_length=args.max_length)
+        bare += padded(seqs, args.batch_size)
+    return {
+        "real_tokens": real,
+        "padded_job": job,
+        "padded_bare": bare,
+        "chunks_per_shard": len(chunks) / len(plan.shards),
+    }
 
 
 def padded(seqs: list, batch_size: int) -> int:
@@ -368,15 +390,16 @@ def breakdown(
 ) -> list[tuple[str, float]]:
     """The job's wall less the bare forward's, item by item (seconds of wall)."""
     tokens = run["tokens"]
-    per = cpu  # CPU seconds per token (the probe)
-    analysis = (per["engine"] - per["forward"]) * tokens / workers
-    chunking = (per["engine chunked"] - per["engine"]) * tokens / workers
+    per = cpu["per_token"]  # CPU seconds per token (the probe)
+    bare_padded, job_padded = cpu["padded_bare"], cpu["padded_job"]
+    analysis = (per["engine padded"] - per["forward padded"]) * bare_padded / workers
+    chunking = per["engine padded"] * (job_padded - bare_padded) / workers
     host = per[f"host {detail}"] * tokens / workers
     items = [
         ("Ray start", run["ray_start"]),
         ("actor start and model load (over the bare load)", run["first_ready"] - run["bare_load"]),
         ("analysis over forward", analysis),
-        ("padding: the worker's chunks sorted and batched one by one", chunking),
+        ("padding beyond the bare forward's (the job batches chunk by chunk)", chunking),
         ("host path (statistics, detail, Parquet)", host),
         ("tail (idle actor-seconds at the end / workers)", run["tail"] / workers),
     ]
@@ -514,7 +537,7 @@ def report(args: argparse.Namespace, plan: Any, bare: dict[str, float], runs: di
         "\nWhere the job's extra time goes (seconds of wall; share of the job's wall: the "
         "ratio above and the shares add up to 1):\n"
     )
-    items = {d: breakdown(r, per, d, args.workers) for d, r in runs.items()}
+    items = {d: breakdown(r, cpu, d, args.workers) for d, r in runs.items()}
     out("| | " + " | ".join(f"`{d}` s | share" for d in runs) + " |")
     out("|---|" + "---|---|" * len(runs))
     for k, (name, _) in enumerate(items[DETAILS[0]]):
@@ -533,9 +556,6 @@ def report(args: argparse.Namespace, plan: Any, bare: dict[str, float], runs: di
         f"{cpu['tokens']:,} tokens, one thread, CPU µs per token): forward "
         f"{1e6 * per['forward']:.1f}, engine "
         f"{1e6 * per['engine']:.1f} ({per['engine'] / per['forward']:.3f}× forward), "
-        f"engine in the worker's chunks of {cpu['chunk_docs']} documents "
-        f"{1e6 * per['engine chunked']:.1f} (padded tokens {cpu['padded_chunked']:.3f}× the "
-        f"real ones, sorted in one piece {cpu['padded_whole']:.3f}×), "
         f"tokenizing {1e6 * per['tokenize']:.1f}, "
         + ", ".join(
             f"host path `{d}` {1e6 * per[f'host {d}']:.1f} (the whole `process` "
@@ -543,6 +563,13 @@ def report(args: argparse.Namespace, plan: Any, bare: dict[str, float], runs: di
             for d in DETAILS
         )
         + "."
+    )
+    real = cpu["real_tokens"]
+    out(
+        f"\nPadding over the whole corpus (tokens the batches hold over the real ones): the "
+        f"job {cpu['padded_job'] / real:.3f}× ({cpu['chunks_per_shard']:.2f} chunks per "
+        f"shard, each sorted and batched on its own), the bare forward "
+        f"{cpu['padded_bare'] / real:.3f}× (each process's share sorted in one piece)."
     )
     return lines
 
