@@ -468,7 +468,10 @@ def main() -> None:
             bares.append(done["bare"])
             for d in DETAILS:  # each run with the bare forward of its repetition
                 b = done["bare"]
-                paired[d].append({**done[d], "bare_wall": b["wall"], "bare_load": b["load"]})
+                paired[d].append(
+                    {**done[d], "bare_wall": b["wall"], "bare_load": b["load"]}
+                    | {"bare_imports": b["imports"]}
+                )
         cpu = probe(args, tmp)
         print(f"[{time.perf_counter() - t0:6.1f} s] probe: {cpu}", file=sys.stderr)
     finally:
@@ -526,6 +529,14 @@ def report(args: argparse.Namespace, plan: Any, bare: dict[str, float], runs: di
         d: (r["bare_wall"] - r["bare_load"]) / (r["pool"] - r["first_ready"])
         for d, r in runs.items()
     }
+    counted = {d: (r["bare_wall"] + r["bare_imports"]) / r["wall"] for d, r in runs.items()}
+    out(
+        "\nThe bare wall above starts with its processes' imports done; counting them too "
+        f"({bare['imports']:.2f} s: torch, transformers), so that both walls run from process "
+        "start as the job's does: "
+        + ", ".join(f"`{d}` **{v:.2f}**" for d, v in counted.items())
+        + "."
+    )
     out(
         "\nWithout the fixed costs (Ray start, actor start and model load, before and after the "
         "pool): the bare forward's time after its model load over the job's shard phase (the "
