@@ -5,7 +5,9 @@ What the host side of a shard costs per core, without the model: synthetic seque
 over the 30,522-word MiniLM vocabulary, ``LAYERS`` layers, measures uniform in [0, 1] with
 ``attnres_w = attn_w / 2`` as the engine gives) go through ``ShardResults`` exactly as the
 worker feeds it: shards of ``--shard-seqs`` sequences in chunks of
-``max(64, 4 * batch_size)`` sequences, ``add`` per chunk, then ``finish`` (statistics
+``max(64, 4 * batch_size)`` sequences (the worker's chunks until they became 256k
+characters of text, about a whole default shard: fewer ``add`` calls now, so these figures
+are an upper bound of the per-call cost), ``add`` per chunk, then ``finish`` (statistics
 merged, detail rows, documents, every Parquet file written to a temporary directory).
 Synchronous (``host=None``) on one thread (numpy, Arrow and BLAS pools set to 1).
 
