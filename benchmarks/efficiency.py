@@ -466,12 +466,10 @@ def main() -> None:
                     f"[{time.perf_counter() - t0:6.1f} s] {step} {r}: {done[step]}", file=sys.stderr
                 )
             bares.append(done["bare"])
-            for d in DETAILS:  # each run with the bare forward of its repetition
-                b = done["bare"]
-                paired[d].append(
-                    {**done[d], "bare_wall": b["wall"], "bare_load": b["load"]}
-                    | {"bare_imports": b["imports"]}
-                )
+            b = done["bare"]  # each run with the bare forward of its repetition
+            bare_of = {"bare_wall": b["wall"], "bare_load": b["load"], "bare_imports": b["imports"]}
+            for d in DETAILS:
+                paired[d].append({**done[d], **bare_of})
         cpu = probe(args, tmp)
         print(f"[{time.perf_counter() - t0:6.1f} s] probe: {cpu}", file=sys.stderr)
     finally:

@@ -17,11 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mixscope.config import load_spec
 from mixscope.runtime.driver import prepare
 from mixscope.runtime.worker import ShardWorker
-
-DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
+from run_helpers import job_spec
 
 
 def _tables(worker: ShardWorker, shard, root: Path) -> dict[str, object]:
@@ -30,19 +28,10 @@ def _tables(worker: ShardWorker, shard, root: Path) -> dict[str, object]:
 
 
 def test_many_chunks_write_the_rows_of_one(tiny_bert_dir, tmp_path):
-    spec = load_spec(
-        None,
-        {
-            "model": tiny_bert_dir,
-            "corpus.paths": [str(DEMO)],
-            "corpus.limit": 24,
-            "out": str(tmp_path / "out"),
-            "runtime.executor": "local",
-            "runtime.docs_per_shard": 24,
-            "runtime.batch_size": 4,
-            "analysis.max_length": 32,
-            "output.detail": "full",
-        },
+    spec = job_spec(  # the demo corpus's first 24 documents in one shard, full detail
+        tiny_bert_dir,
+        tmp_path / "out",
+        **{"corpus.limit": 24, "runtime.docs_per_shard": 24, "runtime.executor": "local"},
     )
     prep = prepare(spec)
     (shard,) = prep.plan.shards
