@@ -4,8 +4,8 @@ Each node is a ``ray start --block`` process of its own (a head, then workers th
 with ``--address``), with every port chosen free and its own ``--temp-dir``, so it never
 touches another Ray instance on the machine (other test sessions, the session Ray of
 ``tests/conftest.py``). ``ray stop`` is never used: it stops every Ray on the machine.
-A node is stopped by signalling its own ``ray start`` process; its raylet can be killed
-alone (``kill_raylet``) to lose the node the way a preempted machine is lost.
+A node is stopped by signalling its own ``ray start`` process, or lost at once
+(``lose_node``: every process of it killed) the way a preempted machine is lost.
 
 ``default_head`` is the other kind: a head as a user starts it, in Ray's own temp dir and
 with its token defaults. Such a head writes Ray's machine-wide record of "the cluster here"
@@ -167,8 +167,10 @@ class Node:
     log: Path
 
     def processes(self) -> dict[int, str]:
-        """pid → name of every process of this node (its own process group, from /proc)."""
-        out = {}
+        """pid → name of every process of this node: its own process group (the ``ray
+        start`` process, raylet, agents) and their descendants (Ray starts its workers in
+        sessions of their own), from /proc."""
+        table = {}  # pid → (name, ppid, pgid)
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -177,13 +179,14 @@ class Node:
             except OSError:
                 continue
             name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            pgid = int(stat[stat.rindex(")") + 2 :].split()[2])
-            if pgid == self.process.pid:
-                out[int(entry.name)] = name
-        return out
-
-    def raylet_pid(self) -> int | None:
-        return next((pid for pid, name in self.processes().items() if name == "raylet"), None)
+            ppid, pgid = (int(x) for x in stat[stat.rindex(")") + 2 :].split()[1:3])
+            table[int(entry.name)] = (name, ppid, pgid)
+        mine = {pid for pid, (_, _, pgid) in table.items() if pgid == self.process.pid}
+        while True:
+            more = {pid for pid, (_, ppid, _) in table.items() if ppid in mine} - mine
+            if not more:
+                return {pid: table[pid][0] for pid in mine}
+            mine |= more
 
 
 @dataclass
@@ -293,24 +296,36 @@ class LocalCluster:
             time.sleep(0.5)
         raise TimeoutError(f"{n} Ray nodes not up after {timeout}s")
 
-    def kill_raylet(self, node: Node) -> int:
-        """SIGKILL the node's raylet: its workers die with it, as on a lost machine."""
-        pid = node.raylet_pid()
-        if pid is None:
+    def lose_node(self, node: Node) -> list[int]:
+        """SIGKILL every process of the node at once (raylet, workers, agents), as on a
+        preempted machine. Killing the raylet alone is not that: its workers notice only
+        later, and one may still finish and report its shard in between."""
+        procs = node.processes()
+        if "raylet" not in procs.values():
             raise RuntimeError(f"no raylet under node {node.name}")
-        os.kill(pid, signal.SIGKILL)
-        return pid
+        for pid in procs:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return sorted(procs)
 
     def stop_node(self, node: Node, timeout: float = 10.0) -> None:
-        """Stop one node: SIGTERM to its process group (ours: ``start_new_session``), then
-        SIGKILL to what is left of it."""
+        """Stop one node: SIGTERM to its process group (ours: ``start_new_session``; the
+        raylet stops its workers), then SIGKILL to every process of it that is left."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(node.process.pid, sig)
-            except ProcessLookupError:
-                break
+            targets = [-node.process.pid] + (
+                list(node.processes()) if sig == signal.SIGKILL else []
+            )
+            for pid in targets:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
             deadline = time.time() + timeout
-            while node.processes() and time.time() < deadline:
+            while node.process.poll() is None or node.processes():
+                if time.time() > deadline:
+                    break
                 time.sleep(0.2)
             if not node.processes():
                 break

@@ -151,9 +151,12 @@ class ActorPool:
         for n in self.ray.nodes():
             node_id = n["NodeID"]
             entry = self.nodes.setdefault(node_id, {"joined": time.time()})
+            resources = {k: float(v) for k, v in (n.get("Resources") or {}).items()}
             entry.update(
                 alive=bool(n["Alive"]),
-                resources={k: float(v) for k, v in (n.get("Resources") or {}).items()},
+                # a dead node reports no resources: keep what it had, so status says which
+                # node was lost (its custom resources name it)
+                resources=resources or entry.get("resources", {}),
                 address=n.get("NodeManagerAddress", ""),
             )
             if not n["Alive"]:
