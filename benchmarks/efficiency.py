@@ -38,9 +38,12 @@ the shares add up to 1):
   Ray's own processes on the same cores, noise).
 
     python benchmarks/efficiency.py [--workers 2] [--max-length 128] [--batch-size 16]
-        [--docs-per-shard 256] [--quick] [--dir DIR] [--save]
+        [--docs-per-shard 256] [--long K] [--quick] [--dir DIR] [--save]
 
-``--quick``: the first 160 documents in shards of 40 (a smoke run: tests/test_benchmark_scripts.py).
+``--long K``: also the bare forward and the job (``none``) once each on the corpus repeated K
+times, so the README shows what the fixed costs weigh on a longer corpus (measured, not
+extrapolated). ``--quick``: the first 160 documents in shards of 40 (a smoke run:
+tests/test_benchmark_scripts.py).
 """
 
 from __future__ import annotations
@@ -373,6 +376,21 @@ def job(args: argparse.Namespace, tmp: Path, detail: str, rep: int) -> dict[str,
     }
 
 
+def long_corpus(args: argparse.Namespace, texts: list[str], tmp: Path) -> dict[str, float]:
+    """The bare forward and the job (detail ``none``) once each on the corpus's documents
+    repeated ``--long`` times (one per line, in a file of their own): what the fixed costs
+    weigh once a corpus is long enough to amortize them."""
+    path = tmp / "long.txt"
+    many = texts * args.long
+    path.write_text("\n".join(t.replace("\n", " ") for t in many) + "\n", encoding="utf-8")
+    longer = argparse.Namespace(**{**vars(args), "corpus": str(path), "limit": 0})
+    bare = bare_forward(many, longer, tmp)
+    run = job(longer, tmp, "none", -1)
+    assert run["tokens"] == bare["tokens"], (run["tokens"], bare["tokens"])
+    steady = (bare["wall"] - bare["load"]) / (run["pool"] - run["first_ready"])
+    return {**run, "bare": bare["wall"], "ratio": bare["wall"] / run["wall"], "steady": steady}
+
+
 def to_nested(keys: dict[str, Any]) -> dict[str, Any]:
     """``{"a.b": 1}`` → ``{"a": {"b": 1}}`` (a job file)."""
     out: dict[str, Any] = {}
@@ -425,6 +443,13 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="the first N documents (0: all)")
     ap.add_argument("--probe-reps", type=int, default=3)
     ap.add_argument("--reps", type=int, default=1, help="repetitions of bare, none, sample")
+    ap.add_argument(
+        "--long",
+        type=int,
+        default=0,
+        help="also time the bare forward and the job (detail none) once on the corpus "
+        "repeated this many times: the fixed costs amortized (0: not)",
+    )
     ap.add_argument("--quick", action="store_true", help="160 documents, shards of 40")
     ap.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp one)")
     ap.add_argument(
@@ -472,6 +497,9 @@ def main() -> None:
                 paired[d].append({**done[d], **bare_of})
         cpu = probe(args, tmp)
         print(f"[{time.perf_counter() - t0:6.1f} s] probe: {cpu}", file=sys.stderr)
+        long = long_corpus(args, texts, tmp) if args.long > 1 else None
+        if long is not None:
+            print(f"[{time.perf_counter() - t0:6.1f} s] long: {long}", file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load_after = os.getloadavg()
@@ -481,6 +509,16 @@ def main() -> None:
     for v in paired.values():
         assert all(r["tokens"] == bare["tokens"] for r in v), (v, bare["tokens"])
     lines = report(args, plan, bare, runs, cpu, (load_before[0], load_after[0]))
+    if long is not None:
+        lines.append(
+            f"\nAmortized: the corpus repeated {args.long} times ({long['tokens']:,} tokens, "
+            f"one run each, after the runs above): bare forward {long['bare']:.1f} s, "
+            f"`mixscope run` detail `none` {long['wall']:.1f} s: **{long['ratio']:.2f}** "
+            f"(goal ≥ 0.85: {'met' if long['ratio'] >= 0.85 else 'NOT met'}); its shard phase "
+            f"{long['steady']:.2f}, Ray start {long['ray_start']:.2f} s, tail "
+            f"{long['tail']:.2f} s, before the pool {long['before_pool']:.2f} s, after it "
+            f"{long['after_pool']:.2f} s."
+        )
     if args.reps > 1:
         each = "; ".join(
             f"`{d}` " + ", ".join(f"{ratio(r):.2f}" for r in v) for d, v in paired.items()

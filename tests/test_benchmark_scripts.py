@@ -14,10 +14,10 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _quick(script: str, tmp_path: Path) -> str:
+def _quick(script: str, tmp_path: Path, *more: str) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, str(BENCH / script), "--quick", "--dir", str(tmp_path)],
+        [sys.executable, str(BENCH / script), "--quick", "--dir", str(tmp_path), *more],
         capture_output=True,
         text=True,
         env=env,
@@ -77,7 +77,8 @@ def test_gpu_check_is_one_executable_command() -> None:
 
 @pytest.mark.slow
 def test_efficiency_benchmark_runs(tmp_path: Path) -> None:
-    out = _quick("efficiency.py", tmp_path)
+    out = _quick("efficiency.py", tmp_path, "--long", "2")
+    assert "Amortized: the corpus repeated 2 times" in out
     assert "bare forward" in out and "detail `none`" in out and "detail `sample`" in out
     assert "analysis over forward" in out and "host path" in out and "tail" in out
     assert list(tmp_path.iterdir()) == []  # its scratch folder is removed
