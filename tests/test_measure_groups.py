@@ -264,6 +264,42 @@ def test_no_hook_is_left_when_registration_fails(tiny, monkeypatch):
     assert len(calls) == 7 and _hooks_left(model) == before
 
 
+@pytest.mark.parametrize("family", [*FAMILIES, *DECODER_FAMILIES])
+def test_the_forward_ends_after_the_last_block_it_reads(tiny, family):
+    """The forward pass stops once the last block is finished (capture.ForwardDone): with
+    the default groups nothing reads the last block's feed-forward output where the block
+    finishes before it (post-LN encoders: at LN1; pre-LN decoders: at LN2), so that module
+    never runs; with ``ff`` it must. Every layer's measures are there either way, equal to
+    those of the run that goes to the end, and no hook is left."""
+    from mixscope.mixing.engine import MixingEngine
+    from mixscope.models.loading import load
+
+    model, tok = tiny(family, torch.float64)
+    loaded = load((model, tok))
+    a = loaded.adapter
+    last = loaded.model.get_submodule(a.layers)[-1]
+    ff_out = last.get_submodule(a.ff_out)
+    calls: list[int] = []
+    handle = ff_out.register_forward_hook(lambda *_: calls.append(1))
+    ids = torch.tensor([tok("Some text here, a little longer.")["input_ids"]])
+    mask = torch.ones_like(ids)
+    before = _hooks_left(model)
+    try:
+        default = MixingEngine(loaded).run(ids, mask)
+        stops_early = not a.parallel_residual  # a parallel block's norm is the next input's
+        assert calls == ([] if stops_early else [1])
+        calls.clear()
+        with_ff = MixingEngine(loaded, measures="all").run(ids, mask)
+        assert calls == [1]  # the ff group reads the last feed-forward: the forward runs on
+    finally:
+        handle.remove()
+    assert _hooks_left(model) == before - 1
+    n = default.measures.shape[2]  # the default groups' columns come first under "all"
+    assert default.measures.shape[1] == with_ff.measures.shape[1] == model.config.num_hidden_layers
+    assert torch.isfinite(default.measures).all()
+    assert torch.equal(default.measures, with_ff.measures[:, :, :n])
+
+
 def test_selection_from_the_spec_flags_and_set(tmp_path):
     from mixscope.config import spec_from_flags
     from mixscope.errors import SpecError

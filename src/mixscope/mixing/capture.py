@@ -5,7 +5,9 @@ what its hook keeps; a batch registers the points of the union of the groups' ne
 one forward pass, inside :func:`hooks` — a context manager, so no hook is ever left on a
 long-lived actor's model when registration or the forward fails. When a block's last
 needed point has fired, ``finish(idx, store)`` computes its measures and the store is
-dropped: memory stays at what the forward needs plus O(batch · seq) per layer.
+dropped: memory stays at what the forward needs plus O(batch · seq) per layer. When the
+last block has finished, the forward pass stops (:class:`ForwardDone`): what follows it
+is never read.
 
 Points (``POINTS``):
 
@@ -38,6 +40,13 @@ import torch
 from mixscope.errors import MixscopeError
 from mixscope.mixing.block_tensors import select_values
 from mixscope.mixing.fast_attention import FastWeights
+
+
+class ForwardDone(Exception):
+    """Raised by the hook that finishes the last block: nothing after it is read (the last
+    feed-forward of a post-LN model, a pooler), so the forward pass ends there; the engine
+    catches it. Not an error: the forward's early end."""
+
 
 #: the points every block registers: the attention block's own tensors (BlockTensors)
 BASE = frozenset({"block_input", "values", "attention", "attn_out", "attn_norm"})
@@ -156,11 +165,19 @@ class Capture:
     def hooks(self, batch: Any, finish: Callable[[int, dict[str, Any]], None]) -> Iterator[None]:
         """Hooks on every block for one forward pass; all removed on the way out."""
         handles = []
+        remaining = [self.engine.num_layers]  # blocks not yet finished
+
+        def finish_block(idx: int, store: dict[str, Any]) -> None:
+            finish(idx, store)
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                raise ForwardDone
+
         try:
             for idx in range(self.engine.num_layers):
                 store: dict[str, Any] = {"idx": idx, "batch": batch, SEEN: set()}
                 for name in sorted(self.needs):
-                    handles.append(self._register(name, idx, store, finish))
+                    handles.append(self._register(name, idx, store, finish_block))
             yield
         finally:
             for h in handles:
@@ -176,9 +193,11 @@ class Capture:
             replaced = self._keep(name, store, args, kwargs, out)
             store[SEEN].add(name)
             if store[SEEN] >= self.needs:  # the block's last needed point
-                finish(idx, store)
-                store.clear()
-                store.update({"idx": idx, "batch": store_batch, SEEN: set()})
+                try:
+                    finish(idx, store)  # raises ForwardDone after the last block
+                finally:
+                    store.clear()
+                    store.update({"idx": idx, "batch": store_batch, SEEN: set()})
             return replaced
 
         store_batch = store["batch"]

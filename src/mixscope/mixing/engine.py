@@ -1,5 +1,8 @@
 """Runs a stock transformers model once and decomposes every attention block on the fly.
 
+The forward pass stops once the last block's measures are computed (``ForwardDone``):
+nothing after it (a post-LN model's last feed-forward, a pooler) is read.
+
 Forward hooks (module paths from the adapter) capture the block's input, values, attention
 weights, output projection and norm; when the norm fires, the block's measures are computed
 and every large tensor is dropped, so memory stays at what the forward pass itself needs
@@ -23,7 +26,7 @@ import torch
 from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
 from mixscope.mixing.block_tensors import BlockParams, BlockTensors, FFParams, NormParams, centre
-from mixscope.mixing.capture import BASE, Capture
+from mixscope.mixing.capture import BASE, Capture, ForwardDone
 from mixscope.mixing.exactness import check_residuals
 from mixscope.mixing.fast_attention import FAST_ATTENTION, first_positions, register, release_masks
 from mixscope.mixing.ff_parts import slope_at_zero
@@ -343,7 +346,9 @@ class MixingEngine:
                 first_positions(batch.first if first else None),
                 attention_implementation(model, implementation),
             ):
-                model(**inputs)
+                model(**inputs)  # ends early: the model's output is never read
+        except ForwardDone:
+            pass
         finally:
             release_masks()
             model.train(was_training)
