@@ -80,7 +80,7 @@ def bare_child(args: argparse.Namespace) -> None:
     from transformers import AutoModel
 
     from mixscope.corpus.encode import encode_documents, pad_batch
-    from mixscope.models.loading import load_tokenizer, resolve_source
+    from mixscope.models.resolve import load_tokenizer, resolve_source
 
     torch.set_num_threads(1)
     imported = time.time()
@@ -196,7 +196,7 @@ def probe_child(args: argparse.Namespace) -> None:
     from mixscope.corpus.encode import pad_batch
     from mixscope.corpus.plan import plan_corpus, read_shard
     from mixscope.mixing.batches import run_batches
-    from mixscope.models.loading import resolve_source
+    from mixscope.models.resolve import resolve_source
     from mixscope.runtime.worker import ShardWorker
 
     torch.set_num_threads(1)

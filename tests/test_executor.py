@@ -9,6 +9,9 @@ the good shards; neither commits anything (the driver does).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +100,62 @@ def test_unknown_executor_is_a_one_line_spec_error(tiny_bert_dir, tmp_path):
                 "runtime.executor": "spark",
             },
         )
+
+
+#: a driver process: one job on an embedded Ray it starts, ``release`` as argv[4] says;
+#: prints what the executor's Ray processes were and how they ended, as JSON
+RELEASE_DRIVER = """
+import json, os, sys
+from mixscope.config import load_spec
+from mixscope.runtime import ray_executor
+from mixscope.runtime.driver import run_job
+
+seen = {}
+close = ray_executor.RayExecutor.close
+
+def spy(self):
+    node = self.ray._private.worker._global_node
+    seen.update({kind: [i.process for i in infos] for kind, infos in node.all_processes.items()})
+    close(self)
+    seen["initialized_after_close"] = self.ray.is_initialized()
+
+ray_executor.RayExecutor.close = spy
+spec = load_spec(None, {"model": sys.argv[1], "corpus.paths": [sys.argv[2]], "corpus.limit": 6,
+                        "out": sys.argv[3], "runtime.workers": 1, "runtime.docs_per_shard": 3,
+                        "analysis.max_length": 32})
+summary = run_job(spec, show_progress=False, release=sys.argv[4] == "release")
+print(json.dumps({
+    "status": summary.status,
+    "shards": summary.shards_done,
+    "initialized_after_close": seen.pop("initialized_after_close"),
+    "returncodes": {k: [p.poll() for p in procs] for k, procs in seen.items()},
+}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("release", ["release", "keep"])
+def test_a_released_job_ends_the_ray_it_started(release, tiny_bert_dir, tmp_path):
+    """``mixscope run`` (release): the embedded Ray the job started is shut down when the
+    pool ends, every process of it gone, the monitor killed first (``end_ray``: Ray would
+    wait a second on it); results whole. ``checkpoints sync`` and the API (keep): Ray
+    stays for the next job of the process."""
+    out = subprocess.run(
+        [sys.executable, "-c", RELEASE_DRIVER, tiny_bert_dir, str(DEMO), str(tmp_path), release],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "RAY_ADDRESS": ""},
+    )
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (report["status"], report["shards"]) == ("complete", 2)
+    codes = report["returncodes"]
+    assert {"raylet", "gcs_server", "monitor"} <= set(codes)
+    if release == "release":
+        assert report["initialized_after_close"] is False
+        assert all(c is not None for cs in codes.values() for c in cs), codes
+        assert codes["monitor"] == [-9]  # killed, not left to time out on a stopped GCS
+        assert codes["gcs_server"] != [-9]  # the rest as Ray stops them
+    else:
+        assert report["initialized_after_close"] is True
+        assert all(c is None for cs in codes.values() for c in cs), codes

@@ -18,7 +18,7 @@ from mixscope.corpus.masking import MASK_COUNTS
 from mixscope.errors import MixscopeError
 from mixscope.mixing.batches import BATCH_TOKENS, run_batches
 from mixscope.mixing.engine import MixingEngine
-from mixscope.mixing.measures import parse_names, select
+from mixscope.mixing.measures import parse_names
 from mixscope.models.loading import LoadedModel, load
 from mixscope.store.schema import MEASURE_COLUMNS, PAIR_MEASURES, tokens_schema
 
@@ -64,10 +64,9 @@ def _prepare(
         rules = "|".join(MASK_COUNTS)
         raise MixscopeError(f"mask_count must be one of {rules}, got {mask_count!r}")
     if measures is not None and isinstance(model, str):  # a group that does not apply:
-        from mixscope.models.adapters import adapter_for_config  # before the weights load
-        from mixscope.models.loading import load_config
+        from mixscope.models.resolve import resolved_measures  # before the weights load
 
-        select(measures, adapter_for_config(load_config(model, revision=revision)))
+        resolved_measures(model, measures, revision=revision)
     loaded = load(model, revision=revision, dtype=dtype, device=device)
     max_length = loaded.resolve_max_length(max_length)
     seqs = encode_documents(

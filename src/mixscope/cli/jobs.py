@@ -60,7 +60,7 @@ def run(
     quiet_transformers()
     from mixscope.runtime.driver import run_job
 
-    summary = run_job(spec, show_progress=not no_progress, repair=repair)
+    summary = run_job(spec, show_progress=not no_progress, repair=repair, release=True)
     _print_summary(summary)
     if summary.status != "complete":
         sys.exit(1)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from mixscope.errors import MixscopeError, first_line
 from mixscope.models.adapters import Adapter, adapter_for_config
-from mixscope.models.packaged import packaged_path
+from mixscope.models.resolve import check_max_length, load_config, position_limit, resolve_source
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -53,65 +52,11 @@ class LoadedModel:
     @property
     def max_positions(self) -> int:
         """The longest sequence (special tokens included) the model accepts."""
-        return position_limit(self.model.config, self.adapter, self.tokenizer)
+        return position_limit(self.model.config, self.tokenizer)
 
     def resolve_max_length(self, wanted: int | None) -> int:
         """The sequence length to use: ``wanted``, or the model's limit when None."""
         return check_max_length(wanted, self.max_positions)
-
-
-def position_limit(config: Any, adapter: Adapter, tokenizer: Any) -> int:
-    """The longest sequence (special tokens included) a model and its tokenizer accept."""
-    limit = getattr(config, "max_position_embeddings", None) or 10**9
-    limit -= adapter.position_offset
-    tok_limit = getattr(tokenizer, "model_max_length", None)
-    if isinstance(tok_limit, int) and tok_limit < 10**6:
-        limit = min(limit, tok_limit)
-    return int(limit)
-
-
-def check_max_length(wanted: int | None, limit: int) -> int:
-    """``wanted`` checked against ``limit``; the limit itself when ``wanted`` is None."""
-    if wanted is None:
-        return limit
-    if wanted > limit:
-        raise MixscopeError(f"max_length {wanted} exceeds this model's limit of {limit} positions")
-    if wanted < 4:
-        raise MixscopeError(f"max_length must be at least 4, got {wanted}")
-    return wanted
-
-
-def load_tokenizer(spec: str, *, revision: str | None = None) -> Any:
-    """The tokenizer of the model ``spec`` names, without its weights (a shard worker
-    tokenizes its first shard with it while the weights load), or a one-line error."""
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(resolve_source(spec), revision=revision)
-    except (OSError, ValueError) as exc:
-        first = first_line(exc) or type(exc).__name__
-        raise MixscopeError(f"could not load the tokenizer of {spec!r}: {first}") from exc
-
-
-def resolved_max_length(
-    spec: str, wanted: int | None, *, revision: str | None = None, tokenizer: Any = None
-) -> int:
-    """The sequence length a job on ``spec`` will use, without loading weights (config and
-    tokenizer only): what the run identity hashes, so ``None`` and the model's own limit
-    name the same run. ``tokenizer``: one already loaded (else it is loaded here)."""
-    config = load_config(spec, revision=revision)
-    if tokenizer is None:
-        tokenizer = load_tokenizer(spec, revision=revision)
-    return check_max_length(wanted, position_limit(config, adapter_for_config(config), tokenizer))
-
-
-def resolved_measures(spec: str, names: Any, *, revision: str | None = None) -> Any:
-    """The measure groups a job on ``spec`` computes (``all`` expanded, a group that does
-    not apply refused), from the model's config alone: a
-    :class:`~mixscope.mixing.measures.Selection`."""
-    from mixscope.mixing.measures import select
-
-    return select(names, adapter_for_config(load_config(spec, revision=revision)))
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
@@ -136,10 +81,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
-def _looks_like_path(spec: str) -> bool:
-    return spec.startswith(("/", "./", "../", "~", ".\\")) or spec.count("/") >= 2 or "\\" in spec
-
-
 def _base_model(model: Any, adapter: Adapter) -> Any:
     """The headless model that holds ``adapter.layers`` (task models wrap it)."""
     for candidate in (model, getattr(model, "base_model", None)):
@@ -154,35 +95,6 @@ def _base_model(model: Any, adapter: Adapter) -> Any:
         f"model of type {type(model).__name__} has no '{adapter.layers}' blocks "
         f"(expected for the {adapter.family} family)"
     )
-
-
-def resolve_source(spec: str) -> str:
-    """A local directory (packaged models included) or a hub id; clear errors for bad paths."""
-    path = Path(packaged_path(spec) or spec).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise MixscopeError(f"model path {spec} is a file, not a model directory")
-        if not (path / "config.json").is_file():
-            raise MixscopeError(f"{spec} is not a model directory (no config.json)")
-        return str(path)
-    if _looks_like_path(spec):
-        raise MixscopeError(f"model path {spec} does not exist")
-    return spec  # a hub id
-
-
-def load_config(spec: str, *, revision: str | None = None) -> Any:
-    """The model's transformers config (cheap: no weights), or a one-line error."""
-    from transformers import AutoConfig
-
-    source = resolve_source(spec)
-    try:
-        return AutoConfig.from_pretrained(source, revision=revision)
-    except (OSError, ValueError) as exc:
-        first = first_line(exc) or type(exc).__name__
-        raise MixscopeError(
-            f"could not load model {spec!r}: not a local model directory and not loadable "
-            f"from the Hugging Face Hub ({first})"
-        ) from exc
 
 
 def load(

@@ -43,6 +43,7 @@ class BackgroundConsolidation:
         self.layout, self.run_id, self.every = layout, run_id, every
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="consolidate")
         self._running: Any = None
+        self._last: Any = None
         self._since = 0
 
     def committed(self) -> None:
@@ -59,12 +60,20 @@ class BackgroundConsolidation:
             running, self._running = self._running, None
             running.result()  # a failed consolidation surfaces (nothing is lost: it retries)
 
+    def start_last(self) -> None:
+        """Start the last consolidation on the thread (after the one running), so what the
+        driver does meanwhile (the executor's release) overlaps it."""
+        self._last = self._pool.submit(consolidate, self.layout, self.run_id)
+
     def finish(self) -> None:
+        """Wait for the consolidations; the last one runs here unless started."""
         try:
             self._check()
+            if self._last is None:
+                self.start_last()
+            self._last.result()
         finally:
             self._pool.shutdown(wait=True)
-        consolidate(self.layout, self.run_id)
 
 
 @dataclass
@@ -86,15 +95,19 @@ class RunSummary:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def run_job(spec: JobSpec, *, show_progress: bool = True, repair: bool = False) -> RunSummary:
+def run_job(
+    spec: JobSpec, *, show_progress: bool = True, repair: bool = False, release: bool = False
+) -> RunSummary:
     """Run (or resume) the job; every shard ends committed exactly once or recorded failed.
     One driver per run at a time (``run_lock``): a second gets ``RunBusyError``. Results
     damaged after their commit (``store/verify.py``) stop the run with one line, unless
-    ``repair``: then exactly the affected shards are redone."""
+    ``repair``: then exactly the affected shards are redone. ``release``: the process runs
+    no other job, so the executor ends what it started (an embedded Ray instance) as soon
+    as the shards are done, while the last consolidation runs (``mixscope run``)."""
     started = time.time()
     with _space_errors(spec.out):
         prep = prepare(spec, write=False)  # the plan is stored by ``_run``
-    return _run(prep, started, show_progress, repair)
+    return _run(prep, started, show_progress, repair, release)
 
 
 def run_prepared(
@@ -102,15 +115,17 @@ def run_prepared(
 ) -> RunSummary:
     """``run_job`` of a run already prepared (``checkpoints sync`` prepares each checkpoint
     to learn its run id, and hands the result here rather than have it computed twice)."""
-    return _run(prep, time.time(), show_progress, repair)
+    return _run(prep, time.time(), show_progress, repair, release=False)
 
 
-def _run(prep: PreparedRun, started: float, show_progress: bool, repair: bool) -> RunSummary:
+def _run(
+    prep: PreparedRun, started: float, show_progress: bool, repair: bool, release: bool
+) -> RunSummary:
     with _space_errors(prep.spec.out):
         prep.save_plan()
         with run_lock(prep.layout, prep.run_id):
             _check_committed(prep.layout, prep.run_id, repair, show_progress)
-            return _run_locked(prep, started, show_progress)
+            return _run_locked(prep, started, show_progress, release)
 
 
 @contextmanager
@@ -166,7 +181,9 @@ def _check_committed(layout: Layout, run_id: str, repair: bool, show_progress: b
     print(f"mixscope: repair: redoing shard(s) {sorted(redo)} of run {run_id}", file=sys.stderr)
 
 
-def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSummary:
+def _run_locked(
+    prep: PreparedRun, started: float, show_progress: bool, release: bool
+) -> RunSummary:
     spec, layout, plan, run_id = prep.spec, prep.layout, prep.plan, prep.run_id
     record = prep.record  # read under the lock: what a previous invocation left
     interval = interval_from_env() if show_progress else 0.0  # a bad value fails before work
@@ -192,7 +209,7 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
     tokens_now = 0
     try:
         if pending:
-            executor = make_executor(spec, run_id, prep.max_length)
+            executor = make_executor(spec, run_id, prep.max_length, release=release)
             background = BackgroundConsolidation(layout, run_id, CONSOLIDATE_EVERY)
             try:
                 for event in executor.run(pending):
@@ -215,6 +232,7 @@ def _run_locked(prep: PreparedRun, started: float, show_progress: bool) -> RunSu
                         progress.shard_failed(event.shard_id, errors[event.shard_id])
                     elif event.kind == "retry":
                         progress.shard_retry()
+                background.start_last()  # overlaps the executor's release
             finally:
                 executor.close()
             background.finish()

@@ -24,8 +24,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Executor(Protocol):
-    """Runs shards and reports their outcomes; built as ``cls(spec, run_id, max_length)``
-    (``max_length``: the run's resolved sequence length, handed to every worker)."""
+    """Runs shards and reports their outcomes; built as ``cls(spec, run_id, max_length,
+    release=…)`` (``max_length``: the run's resolved sequence length, handed to every
+    worker; ``release``: ``close`` also ends what the executor started for this process,
+    an embedded Ray instance, because no other job of the process will use it)."""
 
     def run(self, shards: Sequence[Shard]) -> Iterator[ShardEvent]:
         """Submit ``shards`` and yield one event per outcome as it happens: "done" (with the
@@ -34,7 +36,8 @@ class Executor(Protocol):
         ...
 
     def close(self) -> None:
-        """Release what ``run`` left (actors, processes); safe to call twice."""
+        """Release what ``run`` left (actors, processes; with ``release`` what the executor
+        started); safe to call twice."""
         ...
 
 
@@ -67,9 +70,11 @@ EXECUTORS = {
 }
 
 
-def make_executor(spec: JobSpec, run_id: str, max_length: int) -> Executor:
+def make_executor(
+    spec: JobSpec, run_id: str, max_length: int, *, release: bool = False
+) -> Executor:
     """The executor ``spec.runtime.executor`` names, for ``run_id`` analysed at
-    ``max_length`` tokens."""
+    ``max_length`` tokens (``release``: see :class:`Executor`)."""
     module, _, name = EXECUTORS[spec.runtime.executor].partition(":")
     cls = getattr(importlib.import_module(module), name)
-    return cls(spec, run_id, max_length)
+    return cls(spec, run_id, max_length, release=release)

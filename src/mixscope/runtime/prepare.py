@@ -89,7 +89,7 @@ def prepare(spec: JobSpec, *, write: bool = True, plan: CorpusPlan | None = None
     and shard size (``checkpoints sync`` plans once for every checkpoint); it is used
     unless documents are pairs, which are selected with the model's own tokenizer.
     """
-    from mixscope.models.loading import resolved_max_length, resolved_measures
+    from mixscope.models.resolve import resolved_max_length, resolved_measures
 
     a = spec.analysis
     if spec.corpus.pairs:  # pairs are selected (and counted) with the model's tokenizer
@@ -172,7 +172,7 @@ def _pair_fits(spec: JobSpec, max_length: int) -> Any:
     from transformers import AutoTokenizer
 
     from mixscope.corpus.encode import pair_fit_check
-    from mixscope.models.loading import resolve_source
+    from mixscope.models.resolve import resolve_source
 
     source = resolve_source(spec.model)
     tokenizer = AutoTokenizer.from_pretrained(source, revision=spec.analysis.revision)

@@ -47,8 +47,9 @@ from mixscope.runtime.scheduling import order_shards
 RAY_INITS = 0
 
 
-def ensure_ray(address: str | None) -> Any:
-    """Attach to ``address`` / RAY_ADDRESS, or start (or reuse) an embedded local Ray.
+def ensure_ray(address: str | None) -> tuple[Any, bool]:
+    """Attach to ``address`` / RAY_ADDRESS, or start (or reuse) an embedded local Ray; the
+    module and whether this call connected it (False: it was connected already).
 
     Reused while initialized, so every job of one process (``checkpoints sync`` of many
     checkpoints) pays Ray's start-up once.
@@ -57,7 +58,7 @@ def ensure_ray(address: str | None) -> Any:
 
     global RAY_INITS
     if ray.is_initialized():
-        return ray
+        return ray, False
     # no address: an embedded instance of our own, even if a cluster runs on this machine
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     if address != "local":
@@ -80,7 +81,27 @@ def ensure_ray(address: str | None) -> Any:
         raise MixscopeError(
             f"cannot reach the Ray cluster at {address}: {first_line(exc)}{hint}"
         ) from None
-    return ray
+    return ray, True
+
+
+def end_ray(ray: Any) -> None:
+    """``ray.shutdown()`` of the connection this process made; an embedded instance's
+    autoscaler monitor is killed first.
+
+    Why: ``ray.shutdown`` stops the GCS before the monitor, whose SIGTERM handler then
+    reports its end to the dead GCS until Ray kills it a second later (ray-project/ray
+    #30672 describes the order): a second of every embedded run's end. The monitor has
+    nothing to keep for an instance that ends with this process. Ray keeps its processes
+    in a private attribute: where it is not found, this is plain ``ray.shutdown()``.
+    """
+    node = getattr(getattr(ray, "_private", None), "worker", None)
+    node = getattr(node, "_global_node", None)
+    if node is not None and node.is_head():
+        for info in getattr(node, "all_processes", {}).get("monitor", []):
+            if info.process.poll() is None:
+                info.process.kill()
+                info.process.wait(timeout=5)
+    ray.shutdown()
 
 
 def _error_text(exc: BaseException) -> str:
@@ -103,13 +124,18 @@ def _creation_error(exc: BaseException) -> str:
 
 
 class RayExecutor:
-    def __init__(self, spec: JobSpec, run_id: str, max_length: int) -> None:
+    def __init__(
+        self, spec: JobSpec, run_id: str, max_length: int, *, release: bool = False
+    ) -> None:
         self.spec = spec
         self.run_id = run_id
         self.max_length = max_length
         self.policy = RetryPolicy.from_spec(spec)
         started = time.time()
-        self.ray = ensure_ray(spec.runtime.address)
+        self.ray, connected = ensure_ray(spec.runtime.address)
+        # the connection is this executor's to end only if it made it (a test session's
+        # instance, or the one a sync of many checkpoints shares, stays)
+        self.release = release and connected
         self.ray_start_seconds = round(time.time() - started, 3)
         r = spec.runtime
         resources = self.ray.cluster_resources()
@@ -279,3 +305,8 @@ class RayExecutor:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
+        if self.release:
+            # now, not at exit: Ray's exit hook first sleeps half a second for late log
+            # lines, and the driver's final consolidation runs meanwhile (driver.py)
+            self.release = False
+            end_ray(self.ray)

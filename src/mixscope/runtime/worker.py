@@ -30,7 +30,8 @@ from mixscope.corpus.encode import EncodedSequence, encode_documents
 from mixscope.corpus.plan import Document, Shard, read_shard
 from mixscope.mixing.batches import run_batches
 from mixscope.mixing.engine import MixingEngine
-from mixscope.models.loading import load, load_tokenizer
+from mixscope.models.loading import load
+from mixscope.models.resolve import load_tokenizer
 from mixscope.runtime import faults
 from mixscope.runtime.host_path import ShardResults
 from mixscope.runtime.shard_result import ShardResult
