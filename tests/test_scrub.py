@@ -169,3 +169,30 @@ def test_errors_that_are_not_damage_stay_as_they_were(synth_root):
     assert not read_failure(refusal("x")) and not read_failure(MixscopeError("x"))
     assert not read_failure(BrokenPipeError(32, "Broken pipe"))  # the OS's: errno set
     assert read_failure(OSError("Malformed levels"))  # pyarrow's decoder: no errno
+
+
+@pytest.mark.parametrize("method", ["sql", "query"])
+def test_the_results_api_names_an_unreadable_file_too(synth_root, tmp_path, method):
+    """``mixscope.open(root).sql/.query`` on a damaged root: the CLI's line, as an
+    ``UnreadableFileError`` (a ``MixscopeError``), not the decoder's riddle; an intact
+    root's own query error stays a ``SQL error`` line."""
+    import mixscope
+    from mixscope.errors import MixscopeError
+    from mixscope.store.unreadable import UnreadableFileError
+
+    root, layout = _copy(synth_root, tmp_path)
+    path = _file(layout, "generation")
+    flip_unreadable(path, names_file=False, column="layer")
+    with mixscope.open(root) as res, pytest.raises(UnreadableFileError) as err:
+        if method == "sql":
+            res.sql("SELECT * FROM layer_stats")
+        else:
+            res.query("layer_profile")
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith(f"cannot read {layout.relative(str(path))} (statistics generation 1")
+    assert f"mixscope status {root} --verify" in line
+
+    with mixscope.open(synth_root["root"]) as res, pytest.raises(MixscopeError) as err:
+        res.sql("SELECT error('boom') FROM tokens LIMIT 1")
+    assert "boom" in str(err.value) and "cannot read" not in str(err.value)

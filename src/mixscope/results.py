@@ -113,16 +113,20 @@ class Results:
         ``params`` as ``--param key=value`` (strings are converted as on the CLI)."""
         from mixscope.sql.named import run_query
         from mixscope.sql.output import to_arrow
+        from mixscope.store.unreadable import naming_unreadable
 
-        return to_arrow(run_query(self.con, name, params))
+        with naming_unreadable(self.root, self.run_ids):  # a damaged file: named, as the CLI
+            return to_arrow(run_query(self.con, name, params))
 
     def sql(self, text: str, **params: Any) -> Any:
         """One read-only statement (``SELECT``, ``WITH``, ``DESCRIBE``, ``SHOW``), as
         ``mixscope sql``; ``$name`` placeholders bound from ``params``."""
         from mixscope.sql.output import to_arrow
         from mixscope.sql.readonly import execute
+        from mixscope.store.unreadable import naming_unreadable
 
-        return to_arrow(execute(self.con, text, params or None))
+        with naming_unreadable(self.root, self.run_ids):
+            return to_arrow(execute(self.con, text, params or None))
 
     def plot(
         self,
