@@ -68,9 +68,10 @@ def assert_as_transformers(path, model_type: str) -> None:
         assert getattr(light, attr) == getattr(full, attr), attr
     assert adapter_for_config(light) == adapter_for_config(full)
     light_tok = read_tokenizer_limit(path)
-    assert light_tok is not None
     full_tok = AutoTokenizer.from_pretrained(path)
-    assert position_limit(light, light_tok) == position_limit(full, full_tok)
+    if light_tok is not None:  # a limit stated: read here, as transformers reads it
+        assert light_tok.model_max_length == full_tok.model_max_length
+        assert position_limit(light, light_tok) == position_limit(full, full_tok)
     assert resolved_max_length(str(path), None) == position_limit(full, full_tok)
 
 
@@ -88,6 +89,7 @@ def test_class_defaults_and_tokenizer_limits(model_type, limit, tmp_path):
     only what differs from the class default; hand-written ones omit what they like), so
     each comes from DEFAULTS; the tokenizer's limit absent, below and far above."""
     path = save(AutoConfig.for_model(model_type), tmp_path, limit=limit)
+    assert (read_tokenizer_limit(path) is None) == (limit is None)  # none stated: transformers
     config_file = path / "config.json"
     stored = json.loads(config_file.read_text())
     for attr in DEFAULTS[model_type]:

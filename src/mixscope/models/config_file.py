@@ -62,15 +62,13 @@ def read_config(directory: str | Path) -> SimpleNamespace | None:
 
 
 def read_tokenizer_limit(directory: str | Path) -> SimpleNamespace | None:
-    """The tokenizer's ``model_max_length`` (None: it states none) as the one attribute
-    of a namespace, or None where there is no tokenizer_config.json to read it from (a
-    tokenizer saved without one, or none at all: transformers decides, and words the
-    error)."""
+    """The ``model_max_length`` tokenizer_config.json states, as the one attribute of a
+    namespace; None where it states none, or there is no such file: a few tokenizer
+    classes have a default of their own (Marian's 512, Canine's 2048), and a directory
+    may have no tokenizer at all, so transformers decides then (and words the error)."""
     raw = _read_json(Path(directory) / "tokenizer_config.json")
-    if raw is None:
-        return None
-    limit = next((raw[k] for k in _LIMIT_KEYS if raw.get(k) is not None), None)
-    return SimpleNamespace(model_max_length=limit)
+    limit = next((raw[k] for k in _LIMIT_KEYS if raw.get(k) is not None), None) if raw else None
+    return SimpleNamespace(model_max_length=limit) if limit is not None else None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
