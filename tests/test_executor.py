@@ -105,7 +105,9 @@ def test_unknown_executor_is_a_one_line_spec_error(tiny_bert_dir, tmp_path):
 #: a driver process: one job on an embedded Ray it starts, ``release`` as argv[4] says;
 #: prints what the executor's Ray processes were and how they ended, as JSON
 RELEASE_DRIVER = """
-import json, os, sys
+import atexit, json, os, sys
+# registered first, so it runs last: how Ray's processes were stopped at exit
+atexit.register(lambda: print(json.dumps({"at_exit": alive_when_stopped})))
 from mixscope.config import load_spec
 from mixscope.runtime import ray_executor
 from mixscope.runtime.driver import run_job
@@ -151,7 +153,7 @@ def test_a_released_job_ends_the_ray_it_started(release, tiny_bert_dir, tmp_path
     """``mixscope run`` (release): the embedded Ray the job started is shut down when the
     pool ends, every process of it gone, the monitor killed first (``end_ray``: Ray would
     wait a second on it); results whole. ``checkpoints sync`` and the API (keep): Ray
-    stays for the next job of the process."""
+    stays for the next job of the process, and ends the same way at its exit."""
     out = subprocess.run(
         [sys.executable, "-c", RELEASE_DRIVER, tiny_bert_dir, str(DEMO), str(tmp_path), release],
         capture_output=True,
@@ -159,7 +161,8 @@ def test_a_released_job_ends_the_ray_it_started(release, tiny_bert_dir, tmp_path
         check=True,
         env={**os.environ, "RAY_ADDRESS": ""},
     )
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    *_, line, exit_line = out.stdout.strip().splitlines()
+    report, at_exit = json.loads(line), json.loads(exit_line)["at_exit"]
     assert (report["status"], report["shards"]) == ("complete", 2)
     codes = report["returncodes"]
     assert {"raylet", "gcs_server", "monitor"} <= set(codes)
@@ -170,6 +173,9 @@ def test_a_released_job_ends_the_ray_it_started(release, tiny_bert_dir, tmp_path
         assert stopped["raylet"] and stopped["gcs_server"]  # Ray stops these itself
         # the monitor was killed before: Ray does not wait on it after stopping the GCS
         assert stopped["monitor"] is False and codes["monitor"] == [-9]
+        assert at_exit == stopped  # nothing left to stop at exit
     else:
         assert report["initialized_after_close"] is True
         assert all(c is None for cs in codes.values() for c in cs), codes
+        # ended at the process's exit, the same way (ensure_ray registers end_ray)
+        assert at_exit["raylet"] and at_exit["gcs_server"] and at_exit["monitor"] is False

@@ -20,6 +20,7 @@ What each actor and node does is written to ``runs/<run>/actors.json``
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -45,6 +46,8 @@ from mixscope.runtime.scheduling import order_shards
 #: how many times this process called ``ray.init`` (a sync of many checkpoints needs one:
 #: tests/test_checkpoints.py, benchmarks/startup.py)
 RAY_INITS = 0
+#: whether ``end_ray`` is registered to run at this process's exit
+_ENDS_AT_EXIT = False
 
 
 def ensure_ray(address: str | None) -> tuple[Any, bool]:
@@ -81,12 +84,18 @@ def ensure_ray(address: str | None) -> tuple[Any, bool]:
         raise MixscopeError(
             f"cannot reach the Ray cluster at {address}: {first_line(exc)}{hint}"
         ) from None
+    global _ENDS_AT_EXIT
+    if not _ENDS_AT_EXIT:  # before Ray's own exit hook (LIFO), which then has nothing to do
+        atexit.register(end_ray, ray)
+        _ENDS_AT_EXIT = True
     return ray, True
 
 
 def end_ray(ray: Any) -> None:
     """``ray.shutdown()`` of the connection this process made; an embedded instance's
-    autoscaler monitor is killed first.
+    autoscaler monitor is killed first. Called by a released executor's ``close`` and at
+    the exit of any process that connected (``ensure_ray``), where Ray's own hook would
+    first sleep half a second for late log lines.
 
     Why: ``ray.shutdown`` stops the GCS before the monitor, whose SIGTERM handler then
     reports its end to the dead GCS until Ray kills it a second later (ray-project/ray
@@ -94,6 +103,8 @@ def end_ray(ray: Any) -> None:
     nothing to keep for an instance that ends with this process. Ray keeps its processes
     in a private attribute: where it is not found, this is plain ``ray.shutdown()``.
     """
+    if not ray.is_initialized():
+        return
     node = getattr(getattr(ray, "_private", None), "worker", None)
     node = getattr(node, "_global_node", None)
     if node is not None and node.is_head():
