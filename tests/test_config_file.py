@@ -1,6 +1,6 @@
 """The driver's torch-free reading of a model directory (models/config_file.py) gives what
 transformers gives: the same adapter, position limit and tokenizer limit on every family,
-with the attributes ``save_pretrained`` leaves out taken from the class defaults; and
+with the attributes config.json leaves out taken from the class defaults; and
 preparing a run on a local model imports neither torch nor transformers."""
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ Why not ``AutoConfig``: the driver needs four facts of a model to identify a run
 tokenizer's ``model_max_length``), and importing transformers' configuration module
 imports torch: about 2 s of a driver's start-up on 2 cores, before any work is scheduled
 (``benchmarks/efficiency.py``: "before the pool"). These facts are plain JSON values or,
-when ``save_pretrained`` left them out (it writes only what differs from the class
-default), the config class's default, kept here as data per ``model_type``.
+where config.json leaves them out (older ``save_pretrained`` wrote only what differs from
+the class default; hand-written files omit what they like), the config class's default,
+kept here as data per ``model_type``.
 ``tests/test_config_file.py`` checks the defaults against transformers' config classes
 and every supported family's saved directory against ``AutoConfig``/``AutoTokenizer``.
 """

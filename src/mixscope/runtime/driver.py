@@ -66,11 +66,9 @@ class BackgroundConsolidation:
         self._last = self._pool.submit(consolidate, self.layout, self.run_id)
 
     def finish(self) -> None:
-        """Wait for the consolidations; the last one runs here unless started."""
+        """Wait for the consolidations, the last one (``start_last``) included."""
         try:
             self._check()
-            if self._last is None:
-                self.start_last()
             self._last.result()
         finally:
             self._pool.shutdown(wait=True)

@@ -20,8 +20,8 @@ class LocalExecutor:
     def __init__(
         self, spec: JobSpec, run_id: str, max_length: int, *, release: bool = False
     ) -> None:
+        del release  # nothing of this executor outlives ``run``: nothing to end
         self.spec = spec
-        self.release = release  # nothing of this executor outlives ``run``: nothing to end
         self.run_id = run_id
         self.max_length = max_length
         self.policy = RetryPolicy.from_spec(spec)
