@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from mixscope.errors import MixscopeError
+from mixscope.runtime.gcs_probe import check_gcs, probed
 from ray_cluster import default_head
 from run_helpers import DEMO
 
@@ -110,13 +113,14 @@ def test_checkpoints_sync_attaches_with_ray_auth_token(head, tmp_path):
     assert re.search(r"^\s*100\s+analysed\b", result.stdout, re.M), result.stdout
 
 
-def _refused(result: subprocess.CompletedProcess, head) -> str:
-    """The error line of a refused attach: the last line, the only one of mixscope's."""
+def _refused(result: subprocess.CompletedProcess, address: str) -> str:
+    """The error line of a refused attach: mixscope's one line and nothing else (Ray's
+    client, had it been started, would have logged a line a second)."""
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"Error: cannot reach the Ray cluster at {head['address']}: "), last
-    return last
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith(f"Error: cannot reach the Ray cluster at {address}: "), lines
+    return lines[0]
 
 
 def test_a_wrong_token_is_named_in_the_one_line_error(head, tmp_path):
@@ -125,10 +129,79 @@ def test_a_wrong_token_is_named_in_the_one_line_error(head, tmp_path):
     empty_home = tmp_path / "home"
     empty_home.mkdir()
     result = _run(head, tmp_path / "out", _shell(empty_home, RAY_AUTH_TOKEN_PATH=str(wrong)))
-    line = _refused(result, head)
-    assert f"token authentication, is its token the one in {wrong}?" in line
+    line = _refused(result, head["address"])
+    assert line.endswith(
+        f"it refused the token in {wrong} (the head's token is its ~/.ray/auth_token)"
+    )
+    # the refusal holds nothing: the same run with the head's token goes through
+    assert _run(head, tmp_path / "out", _shell(head["home"])).returncode == 0
+
+
+def test_a_shell_without_a_token_is_told_where_one_goes(head, tmp_path):
+    empty_home = tmp_path / "home"
+    empty_home.mkdir()
+    line = _refused(_run(head, tmp_path / "out", _shell(empty_home)), head["address"])
+    assert "it uses token authentication and this shell has no token: put it in " in line
+    assert "~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH" in line
+
+
+def test_an_address_where_nothing_answers_fails_in_one_line(head, tmp_path):
+    """Ray's client retries such an address for as long as the driver lives (a line every
+    40 s); the probe gives up after ``WAIT_SECONDS`` and says what grpc saw."""
+    with socket.socket() as free:  # a port nobody listens on once closed
+        free.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{free.getsockname()[1]}"
+    line = _refused(
+        _run({**head, "address": address}, tmp_path / "out", _shell(head["home"])), address
+    )
+    assert line.endswith(
+        f"nothing answered there in 10 s (Connection refused); is it up? "
+        f"(`ray status --address {address}`)"
+    )
 
 
 def test_an_explicit_auth_mode_wins_over_the_token_file(head, tmp_path):
     result = _run(head, tmp_path / "out", _shell(head["home"], RAY_AUTH_MODE="disabled"))
-    assert "unset RAY_AUTH_MODE=disabled" in _refused(result, head)
+    line = _refused(result, head["address"])
+    assert line.endswith(
+        "it uses token authentication and RAY_AUTH_MODE=disabled sends none: unset it"
+    )
+
+
+def test_the_probe_sends_the_token_ray_would(token_head, tmp_path):
+    """``check_gcs`` in this process, against the real head, with each shell's environment:
+    the head's token (in HOME, in RAY_AUTH_TOKEN with the newline a file keeps) passes; a
+    wrong one, none, and RAY_AUTH_MODE=disabled are each refused with what to fix."""
+    address, home = token_head["address"], str(token_head["home"])
+    empty = tmp_path / "home"
+    empty.mkdir()
+    wrong = tmp_path / "wrong"
+    wrong.write_text(secrets.token_hex(32))
+    check_gcs(address, {"HOME": home})
+    check_gcs(address, {"HOME": str(empty), "RAY_AUTH_TOKEN": token_head["token"] + "\n"})
+    refused = {
+        f"it refused the token in {wrong}": {"HOME": home, "RAY_AUTH_TOKEN_PATH": str(wrong)},
+        "it refused the token in RAY_AUTH_TOKEN": {"HOME": home, "RAY_AUTH_TOKEN": "x" * 64},
+        "this shell has no token": {"HOME": str(empty)},
+        "RAY_AUTH_MODE=disabled sends none": {"HOME": home, "RAY_AUTH_MODE": "disabled"},
+    }
+    for says, environ in refused.items():
+        with pytest.raises(MixscopeError, match=re.escape(says)):
+            check_gcs(address, environ)
+
+
+def test_only_a_gcs_host_and_port_is_probed():
+    assert probed("127.0.0.1:6379") and probed("head.example:6379") and probed("[::1]:6379")
+    for address in ("auto", "ray://head:10001", "http://head:8265", "head", "head:port"):
+        assert not probed(address), address
+
+
+def test_the_probe_passes_a_cluster_without_token_authentication(token_head, tmp_path):
+    """A head started with ``RAY_AUTH_MODE=disabled`` takes the driver with or without a
+    token, so the probe must too: it refuses only what the GCS itself refused."""
+    home = tmp_path / "home"
+    home.mkdir()
+    args = ["--num-cpus", "0", "--include-dashboard", "false"]
+    with default_head(tmp_path / "head.log", args, _shell(home, RAY_AUTH_MODE="disabled")) as at:
+        check_gcs(at, {"HOME": str(token_head["home"])})  # a token, sent and not needed
+        check_gcs(at, {"HOME": str(home)})

@@ -64,10 +64,28 @@ def token_source(environ: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if environ is None else environ
     if env.get(TOKEN):
         return TOKEN
-    path = env.get(TOKEN_PATH) or DEFAULT_TOKEN_FILE
-    home = env.get("HOME")  # of this environment, as Ray reads it
-    local = home + path[1:] if path.startswith("~/") and home else path
-    return path if Path(local).expanduser().is_file() else None
+    named, file = _token_file(env)
+    return named if file.is_file() else None
+
+
+def local_token(environ: Mapping[str, str] | None = None) -> str | None:
+    """The token ``token_source`` names, as Ray sends it (surrounding blanks dropped, as
+    Ray's loader does); None without one."""
+    env = os.environ if environ is None else environ
+    source = token_source(env)
+    if source is None:
+        return None
+    text = env[TOKEN] if source == TOKEN else _token_file(env)[1].read_text()
+    return text.strip() or None
+
+
+def _token_file(env: Mapping[str, str]) -> tuple[str, Path]:
+    """The token file as a user names it, and where it is for this environment's HOME
+    (which Ray reads, not this process's)."""
+    named = env.get(TOKEN_PATH) or DEFAULT_TOKEN_FILE
+    home = env.get("HOME")
+    local = home + named[1:] if named.startswith("~/") and home else named
+    return named, Path(local).expanduser()
 
 
 def use_local_token() -> None:
@@ -105,3 +123,20 @@ def auth_hint(environ: Mapping[str, str] | None = None) -> str:
             f"{DEFAULT_TOKEN_FILE}, {TOKEN} or {TOKEN_PATH}"
         )
     return f"if it uses token authentication, is its token the one in {source}?"
+
+
+def refusal_hint(environ: Mapping[str, str] | None = None) -> str:
+    """What to fix when a cluster did refuse this process's authentication (its GCS said
+    so: ``gcs_probe.py``), the token it was sent named by where it came from."""
+    env = os.environ if environ is None else environ
+    mode = env.get(MODE)
+    head_token = "the head's token is its ~/.ray/auth_token"
+    if mode is not None and mode.lower() != "token":
+        return f"it uses token authentication and {MODE}={mode} sends none: unset it"
+    source = token_source(env)
+    if source is None:
+        return (
+            "it uses token authentication and this shell has no token: put it in "
+            f"{DEFAULT_TOKEN_FILE}, {TOKEN} or {TOKEN_PATH} ({head_token})"
+        )
+    return f"it refused the token in {source} ({head_token})"

@@ -38,6 +38,7 @@ from mixscope.runtime.auth import auth_hint, quiet_default_token_notice, use_loc
 from mixscope.runtime.environment import worker_env
 from mixscope.runtime.events import ShardEvent
 from mixscope.runtime.executor import RetryPolicy
+from mixscope.runtime.gcs_probe import check_gcs, probed
 from mixscope.runtime.node_health import NodeHealth
 from mixscope.runtime.pool_status import PoolStatus
 from mixscope.runtime.ray_actor import RayShardWorker
@@ -66,6 +67,8 @@ def ensure_ray(address: str | None) -> tuple[Any, bool]:
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     if address != "local":
         use_local_token()  # an explicit address: Ray sends no token unless told (auth.py)
+        if probed(address):  # Ray answers neither a refused token nor a silent address
+            check_gcs(address)
     RAY_INITS += 1
     # Ray's notice that our own embedded instance runs in token mode is not the user's news
     quiet = quiet_default_token_notice() if address == "local" else nullcontext()
