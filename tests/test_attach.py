@@ -160,6 +160,30 @@ def test_an_address_where_nothing_answers_fails_in_one_line(head, tmp_path):
     )
 
 
+def test_auto_is_probed_where_ray_resolves_it(head, tmp_path):
+    """``--address auto`` attaches where Ray resolves it (its address file, else a running
+    GCS); the probe asks that address too, so a refused token is one line naming both,
+    not Ray's 20 s of warnings. (A stale address file with no GCS running anywhere, which
+    Ray waits on without end, is the case this exists for; the test session's own clusters
+    keep it from being staged here.) The file is in this test's RAY_TMPDIR, not the
+    machine's."""
+    port = head["address"].rsplit(":", 1)[1]
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(head["address"])
+    wrong = tmp_path / "token"
+    wrong.write_text(secrets.token_hex(32))
+    env = _shell(tmp_path, RAY_TMPDIR=str(tmp_path), RAY_AUTH_TOKEN_PATH=str(wrong))
+    result = _run({**head, "address": "auto"}, tmp_path / "out", env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"Error: cannot reach the Ray cluster at auto \(\S+:{port}\): it refused the token "
+        rf"in {re.escape(str(wrong))} \(the head's token is its ~/.ray/auth_token\)",
+        last,
+    ), last
+    assert "gcs_client" not in result.stderr  # Ray's client was never started
+
+
 def test_an_explicit_auth_mode_wins_over_the_token_file(head, tmp_path):
     result = _run(head, tmp_path / "out", _shell(head["home"], RAY_AUTH_MODE="disabled"))
     line = _refused(result, head["address"])

@@ -40,12 +40,16 @@ def probed(address: str) -> bool:
     return "://" not in address and bool(host) and port.isdigit()
 
 
-def check_gcs(address: str, environ: Mapping[str, str] | None = None) -> None:
+def check_gcs(
+    address: str, environ: Mapping[str, str] | None = None, *, named: str | None = None
+) -> None:
     """Raise one line when the GCS at ``address`` cannot be attached to: nothing answers
     within ``WAIT_SECONDS``, or it refuses this process's authentication. Returns when it
-    answered or answered something only Ray can judge."""
+    answered or answered something only Ray can judge. ``named``: the address as the user
+    gave it, where that is not ``address`` (``auto``)."""
     import grpc
 
+    at = f"cannot reach the Ray cluster at {named or address}"
     env = os.environ if environ is None else environ
     token = _token_sent(env)
     metadata = [(HEADER, f"Bearer {token}")] if token else None
@@ -62,7 +66,7 @@ def check_gcs(address: str, environ: Mapping[str, str] | None = None) -> None:
             failure = first
         details = failure.details() or ""
         if failure.code() == grpc.StatusCode.UNAVAILABLE and UNRESOLVED in details:
-            raise MixscopeError(f"cannot reach the Ray cluster at {address}: {_reason(details)}")
+            raise MixscopeError(f"{at}: {_reason(details)}")
         if failure.code() == grpc.StatusCode.UNAVAILABLE:
             reason = _reason(details)
             try:  # a head still starting: wait for it to listen, as long as WAIT_SECONDS
@@ -72,17 +76,17 @@ def check_gcs(address: str, environ: Mapping[str, str] | None = None) -> None:
                 failure = second
             if failure.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise MixscopeError(
-                    f"cannot reach the Ray cluster at {address}: nothing answered there in "
+                    f"{at}: nothing answered there in "
                     f"{WAIT_SECONDS:g} s ({reason}); is it up? (`ray status --address {address}`)"
                 )
     code = failure.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         raise MixscopeError(
-            f"cannot reach the Ray cluster at {address}: no answer in {WAIT_SECONDS:g} s "
+            f"{at}: no answer in {WAIT_SECONDS:g} s "
             f"(is it up, and is the port open to this machine?)"
         )
     if code == grpc.StatusCode.UNAUTHENTICATED:
-        raise MixscopeError(f"cannot reach the Ray cluster at {address}: {refusal_hint(env)}")
+        raise MixscopeError(f"{at}: {refusal_hint(env)}")
 
 
 def _token_sent(env: Mapping[str, str]) -> str | None:

@@ -67,8 +67,9 @@ def ensure_ray(address: str | None) -> tuple[Any, bool]:
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     if address != "local":
         use_local_token()  # an explicit address: Ray sends no token unless told (auth.py)
-        if probed(address):  # Ray answers neither a refused token nor a silent address
-            check_gcs(address)
+        gcs = _gcs_of(address)
+        if gcs is not None:  # Ray answers neither a refused token nor a silent address
+            check_gcs(gcs, named=address if gcs == address else f"{address} ({gcs})")
     RAY_INITS += 1
     # Ray's notice that our own embedded instance runs in token mode is not the user's news
     quiet = quiet_default_token_notice() if address == "local" else nullcontext()
@@ -92,6 +93,21 @@ def ensure_ray(address: str | None) -> tuple[Any, bool]:
         atexit.register(end_ray, ray)
         _ENDS_AT_EXIT = True
     return ray, True
+
+
+def _gcs_of(address: str) -> str | None:
+    """The GCS ``ray.init(address)`` reaches, as ``host:port``, where ``check_gcs`` can ask
+    it: ``auto`` as Ray resolves it (its address file, else a running instance; a stale
+    file names a stopped head, which Ray would wait on without end). None where Ray finds
+    nothing (its own error says so) or for what the probe does not ask (``ray://``)."""
+    if address == "auto":
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+
+            address = canonicalize_bootstrap_address("auto") or ""
+        except Exception:  # a private helper, or no cluster found: ray.init decides
+            return None
+    return address if probed(address) else None
 
 
 def end_ray(ray: Any) -> None:
