@@ -133,6 +133,58 @@ def test_submit_needs_an_address(monkeypatch):
     assert result.exit_code == 1 and "submit needs --address" in result.output
 
 
+def _submit(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    args = ["submit", "--corpus", str(DEMO), "--out", "o", "--address", address]
+    return subprocess.run(
+        [sys.executable, "-m", "mixscope.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_a_refused_submit_says_which_token_and_a_dead_address_does_not(tmp_path):
+    """A head with its token in its own HOME (so token authentication, as Ray's defaults
+    give it): the Jobs API refuses a wrong token and a missing one by name, one line each,
+    and an address where nothing listens is not blamed on a token."""
+    import secrets
+
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
+    bare = tmp_path / "shell"
+    bare.mkdir()
+    wrong = tmp_path / "wrong"
+    wrong.write_text(secrets.token_hex(32))
+    drop = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    dash = free_port()
+    args = [f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", "--num-cpus=0"]
+    args += ["--include-dashboard=true"]
+    with default_head(tmp_path / "head.log", args, {**base, "HOME": str(home)}):
+        address = f"http://127.0.0.1:{dash}"
+        _wait_for_jobs_api(address, time.time() + 120)
+        said = {
+            f"it refused the token in {wrong} (the head's token is its ~/.ray/auth_token)": {
+                "RAY_AUTH_TOKEN_PATH": str(wrong)
+            },
+            "it uses token authentication and this shell has no token: put it in ": {},
+        }
+        for line, env in said.items():
+            result = _submit(address, {**base, "HOME": str(bare), **env})
+            assert result.returncode == 1, result.stderr[-2000:]
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1, result.stderr[-2000:]
+            assert lines[0].startswith(f"Error: cannot reach the Ray Jobs API at {address}: ")
+            assert line in lines[0], lines[0]
+    result = _submit(address, {**base, "HOME": str(home)})  # the head is gone now
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith("(is it up?)"), result.stderr
+    assert "token" not in result.stderr
+
+
 def test_job_env_forwards_hub_and_s3_settings():
     from mixscope.runtime.environment import job_env, worker_env
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from mixscope.config import JobSpec
 from mixscope.errors import MixscopeError, first_line
-from mixscope.runtime.auth import auth_hint, use_local_token
+from mixscope.runtime.auth import auth_hint, refusal_hint, use_local_token
 from mixscope.runtime.environment import job_env
 
 AGENT_WAIT_SECONDS = 300  # a freshly started head can take minutes on a busy machine
@@ -84,7 +84,15 @@ def _client(address: str) -> Any:
         return JobSubmissionClient(address)
     except ValueError as exc:  # not an address of a Jobs API
         raise MixscopeError(f"cannot reach the Ray Jobs API at {address}: {exc}") from None
-    except (ConnectionError, RuntimeError, AuthenticationError) as exc:
+    except AuthenticationError:  # the API said so (401, 403): no guessing
+        raise MixscopeError(
+            f"cannot reach the Ray Jobs API at {address}: {refusal_hint()}"
+        ) from None
+    except ConnectionError as exc:  # nothing answered: a token cannot be the cause
+        raise MixscopeError(
+            f"cannot reach the Ray Jobs API at {address}: {first_line(exc)} (is it up?)"
+        ) from None
+    except RuntimeError as exc:
         raise MixscopeError(
             f"cannot reach the Ray Jobs API at {address}: {first_line(exc)} "
             f"(is it up? {auth_hint()})"
