@@ -214,6 +214,27 @@ def test_the_probe_sends_the_token_ray_would(token_head, tmp_path):
             check_gcs(address, environ)
 
 
+def test_an_http_server_is_named_as_not_a_gcs():
+    """The dashboard's port (``submit``'s address) given to ``run``: an HTTP/1 server
+    answers, so the line says that, at once, instead of waiting for a GCS to listen."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(MixscopeError) as refused:
+            check_gcs(address, {})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(refused.value).startswith(
+        f"cannot reach the Ray cluster at {address}: what answers there is not a Ray GCS "
+        "(it does not speak gRPC: a dashboard port?"
+    )
+
+
 def test_only_a_gcs_host_and_port_is_probed():
     assert probed("127.0.0.1:6379") and probed("head.example:6379") and probed("[::1]:6379")
     for address in ("auto", "ray://head:10001", "http://head:8265", "head", "head:port"):

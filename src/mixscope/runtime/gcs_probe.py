@@ -7,9 +7,10 @@ refuses the token gets a warning line from Ray's C++ client every second for 20 
 nothing listens (a head not started, a mistyped port) retries for as long as the driver
 lives: measured here, still waiting after 13 minutes with a line every 40 s. One gRPC call
 tells these apart in milliseconds: ``GetClusterId`` (the first call Ray's own client
-makes), with the token Ray would send in the header Ray's GCS checks. An answer of any
-other kind (a Ray that renamed the call, a server that is not a GCS) is left to
-``ray.init``, so the probe never refuses a cluster Ray would reach.
+makes), with the token Ray would send in the header Ray's GCS checks. A server that does
+not speak gRPC at all (the dashboard's port, given to ``run`` as ``submit`` takes it) is
+named too. Any other answer (a Ray that renamed the call, a gRPC server that is not a
+GCS) is left to ``ray.init``, so the probe never refuses a cluster Ray would reach.
 
 No Ray import: only grpc (a dependency of ``ray[default]``), imported when called.
 """
@@ -29,6 +30,8 @@ CALL = "/ray.rpc.NodeInfoGcsService/GetClusterId"
 WAIT_SECONDS = 10.0
 #: how grpc begins a name it could not resolve (not a head still starting: no wait)
 UNRESOLVED = "errors resolving"
+#: how grpc says the server answered in something else than HTTP/2 (an HTTP/1 server)
+NOT_GRPC = "Failed parsing HTTP/2"
 #: Ray's GCS reads the token from this header (``authentication_constants.py``)
 HEADER = "authorization"
 
@@ -65,9 +68,16 @@ def check_gcs(
         except grpc.RpcError as first:
             failure = first
         details = failure.details() or ""
-        if failure.code() == grpc.StatusCode.UNAVAILABLE and UNRESOLVED in details:
+        unavailable = failure.code() == grpc.StatusCode.UNAVAILABLE
+        if unavailable and UNRESOLVED in details:
             raise MixscopeError(f"{at}: {_reason(details)}")
-        if failure.code() == grpc.StatusCode.UNAVAILABLE:
+        if unavailable and NOT_GRPC in details:  # an HTTP server: the dashboard's port?
+            raise MixscopeError(
+                f"{at}: what answers there is not a Ray GCS (it does not speak gRPC: "
+                "a dashboard port? `run` takes the GCS port, 6379 unless `ray start "
+                "--port` said otherwise; `submit` takes the dashboard's http://HEAD:8265)"
+            )
+        if unavailable:
             reason = _reason(details)
             try:  # a head still starting: wait for it to listen, as long as WAIT_SECONDS
                 call(b"", timeout=WAIT_SECONDS, metadata=metadata, wait_for_ready=True)
