@@ -116,6 +116,26 @@ def test_token_mode_when_this_shell_has_a_token_and_no_explicit_mode(tmp_path):
 def test_the_hint_names_what_this_shell_used(tmp_path):
     home = str(_home(tmp_path, "t" * 64))
     assert auth_hint({"HOME": home}).endswith("is its token the one in ~/.ray/auth_token?")
-    assert "unset RAY_AUTH_MODE=disabled" in auth_hint({"HOME": home, "RAY_AUTH_MODE": "disabled"})
-    bare = auth_hint({"HOME": str(tmp_path / "nowhere")})
-    assert "needs its token: ~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH" in bare
+    disabled = {"HOME": home, "RAY_AUTH_MODE": "disabled"}
+    assert auth_hint(disabled) == (
+        "if it uses token authentication (Ray's default), RAY_AUTH_MODE=disabled sends none: "
+        "unset it"
+    )
+    bare = {"HOME": str(tmp_path / "nowhere")}
+    assert auth_hint(bare).startswith("if it uses token authentication (Ray's default), ")
+    assert "no token: put it in ~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH" in (
+        auth_hint(bare)
+    )
+    # where the cluster did refuse: said, not asked
+    head = " (the head's token is its ~/.ray/auth_token)"
+    refused = auth_hint({"HOME": home}, refused=True)
+    assert refused == f"it refused the token in ~/.ray/auth_token{head}"
+    assert auth_hint({**bare, "RAY_AUTH_TOKEN": "t"}, refused=True).startswith(
+        "it refused the token in RAY_AUTH_TOKEN"
+    )
+    assert auth_hint(disabled, refused=True) == (
+        "it uses token authentication and RAY_AUTH_MODE=disabled sends none: unset it"
+    )
+    assert auth_hint(bare, refused=True).startswith(
+        "it uses token authentication and this shell has no token: put it in "
+    )

@@ -110,33 +110,27 @@ def _reread_ray_settings() -> None:
         raylet.Config.initialize("")
 
 
-def auth_hint(environ: Mapping[str, str] | None = None) -> str:
-    """What to check when a cluster may have refused this process's authentication."""
+def auth_hint(environ: Mapping[str, str] | None = None, *, refused: bool = False) -> str:
+    """What to check when a cluster may have refused this process's authentication (a
+    failed ``ray.init``), or, ``refused``, what to fix where it did (its GCS or Jobs API
+    said so: ``gcs_probe.py``, ``submit.py``): the token sent, named by where it came from,
+    or why none was."""
     env = os.environ if environ is None else environ
     mode = env.get(MODE)
-    if mode is not None and mode.lower() != "token":
-        return f"if it uses token authentication (Ray's default), unset {MODE}={mode}"
     source = token_source(env)
+    head = "the head's token is its ~/.ray/auth_token"
+    lead = (
+        "it uses token authentication and "
+        if refused
+        else "if it uses token authentication (Ray's default), "
+    )
+    if mode is not None and mode.lower() != "token":
+        return f"{lead}{MODE}={mode} sends none: unset it"
     if source is None:
         return (
-            "if it uses token authentication (Ray's default), this shell needs its token: "
-            f"{DEFAULT_TOKEN_FILE}, {TOKEN} or {TOKEN_PATH}"
+            f"{lead}this shell has no token: put it in {DEFAULT_TOKEN_FILE}, {TOKEN} or "
+            f"{TOKEN_PATH} ({head})"
         )
+    if refused:
+        return f"it refused the token in {source} ({head})"
     return f"if it uses token authentication, is its token the one in {source}?"
-
-
-def refusal_hint(environ: Mapping[str, str] | None = None) -> str:
-    """What to fix when a cluster did refuse this process's authentication (its GCS said
-    so: ``gcs_probe.py``), the token it was sent named by where it came from."""
-    env = os.environ if environ is None else environ
-    mode = env.get(MODE)
-    head_token = "the head's token is its ~/.ray/auth_token"
-    if mode is not None and mode.lower() != "token":
-        return f"it uses token authentication and {MODE}={mode} sends none: unset it"
-    source = token_source(env)
-    if source is None:
-        return (
-            "it uses token authentication and this shell has no token: put it in "
-            f"{DEFAULT_TOKEN_FILE}, {TOKEN} or {TOKEN_PATH} ({head_token})"
-        )
-    return f"it refused the token in {source} ({head_token})"

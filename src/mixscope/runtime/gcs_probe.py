@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 
 from mixscope.errors import MixscopeError
-from mixscope.runtime.auth import MODE, local_token, refusal_hint
+from mixscope.runtime.auth import MODE, auth_hint, local_token
 
 #: the first call Ray's GCS client makes (``NodeInfoGcsService`` in gcs_service.proto); its
 #: request has no fields, so an empty message is a valid one
@@ -96,7 +96,7 @@ def check_gcs(
             f"(is it up, and is the port open to this machine?)"
         )
     if code == grpc.StatusCode.UNAUTHENTICATED:
-        raise MixscopeError(f"{at}: {refusal_hint(env)}")
+        raise MixscopeError(f"{at}: {auth_hint(env, refused=True)}")
 
 
 def _token_sent(env: Mapping[str, str]) -> str | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from mixscope.config import JobSpec
 from mixscope.errors import MixscopeError, first_line
-from mixscope.runtime.auth import auth_hint, refusal_hint, use_local_token
+from mixscope.runtime.auth import auth_hint, use_local_token
 from mixscope.runtime.environment import job_env
 
 AGENT_WAIT_SECONDS = 300  # a freshly started head can take minutes on a busy machine
@@ -86,7 +86,7 @@ def _client(address: str) -> Any:
         raise MixscopeError(f"cannot reach the Ray Jobs API at {address}: {exc}") from None
     except AuthenticationError:  # the API said so (401, 403): no guessing
         raise MixscopeError(
-            f"cannot reach the Ray Jobs API at {address}: {refusal_hint()}"
+            f"cannot reach the Ray Jobs API at {address}: {auth_hint(refused=True)}"
         ) from None
     except ConnectionError as exc:  # nothing answered: a token cannot be the cause
         raise MixscopeError(
