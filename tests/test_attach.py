@@ -235,6 +235,21 @@ def test_an_http_server_is_named_as_not_a_gcs():
     )
 
 
+def test_a_port_that_takes_the_connection_and_never_answers_ends_in_one_line():
+    """What an unroutable head or a firewall that drops packets looks like from here: the
+    connection never turns into an answer. The probe gives up at its deadline."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nobody ever speaks
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(MixscopeError) as refused:
+            check_gcs(address, {})
+    assert str(refused.value) == (
+        f"cannot reach the Ray cluster at {address}: no answer in 10 s "
+        "(is it up, and is the port open to this machine?)"
+    )
+
+
 def test_only_a_gcs_host_and_port_is_probed():
     assert probed("127.0.0.1:6379") and probed("head.example:6379") and probed("[::1]:6379")
     for address in ("auto", "ray://head:10001", "http://head:8265", "head", "head:port"):
