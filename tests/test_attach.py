@@ -22,7 +22,7 @@ import pytest
 
 from mixscope.errors import MixscopeError
 from mixscope.runtime.gcs_probe import check_gcs, probed
-from ray_cluster import default_head
+from ray_cluster import default_head, free_port
 from run_helpers import DEMO
 
 BIN = Path(sys.executable).parent
@@ -148,9 +148,7 @@ def test_a_shell_without_a_token_is_told_where_one_goes(head, tmp_path):
 def test_an_address_where_nothing_answers_fails_in_one_line(head, tmp_path):
     """Ray's client retries such an address for as long as the driver lives (a line every
     40 s); the probe gives up after ``WAIT_SECONDS`` and says what grpc saw."""
-    with socket.socket() as free:  # a port nobody listens on once closed
-        free.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{free.getsockname()[1]}"
+    address = f"127.0.0.1:{free_port()}"  # nobody listens on it once it is closed
     line = _refused(
         _run({**head, "address": address}, tmp_path / "out", _shell(head["home"])), address
     )

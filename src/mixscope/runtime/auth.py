@@ -68,15 +68,23 @@ def token_source(environ: Mapping[str, str] | None = None) -> str | None:
     return named if file.is_file() else None
 
 
-def local_token(environ: Mapping[str, str] | None = None) -> str | None:
-    """The token ``token_source`` names, as Ray sends it (surrounding blanks dropped, as
-    Ray's loader does); None without one."""
+def token_sent(environ: Mapping[str, str] | None = None) -> str | None:
+    """The token Ray sends from this shell, as it sends it (surrounding blanks dropped, as
+    Ray's loader does): the one ``token_source`` names, unless ``RAY_AUTH_MODE`` turns
+    tokens off; None without one."""
     env = os.environ if environ is None else environ
-    source = token_source(env)
-    if source is None:
+    if _mode_off(env) is not None:
         return None
-    text = env[TOKEN] if source == TOKEN else _token_file(env)[1].read_text()
-    return text.strip() or None
+    if env.get(TOKEN):
+        return env[TOKEN].strip() or None
+    file = _token_file(env)[1]
+    return (file.read_text().strip() or None) if file.is_file() else None
+
+
+def _mode_off(env: Mapping[str, str]) -> str | None:
+    """``RAY_AUTH_MODE`` where it is set to anything but ``token`` (no token is sent)."""
+    mode = env.get(MODE)
+    return mode if mode is not None and mode.lower() != "token" else None
 
 
 def _token_file(env: Mapping[str, str]) -> tuple[str, Path]:
@@ -116,7 +124,7 @@ def auth_hint(environ: Mapping[str, str] | None = None, *, refused: bool = False
     said so: ``gcs_probe.py``, ``submit.py``): the token sent, named by where it came from,
     or why none was."""
     env = os.environ if environ is None else environ
-    mode = env.get(MODE)
+    mode = _mode_off(env)
     source = token_source(env)
     head = "the head's token is its ~/.ray/auth_token"
     lead = (
@@ -124,7 +132,7 @@ def auth_hint(environ: Mapping[str, str] | None = None, *, refused: bool = False
         if refused
         else "if it uses token authentication (Ray's default), "
     )
-    if mode is not None and mode.lower() != "token":
+    if mode is not None:
         return f"{lead}{MODE}={mode} sends none: unset it"
     if source is None:
         return (

@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 
 from mixscope.errors import MixscopeError
-from mixscope.runtime.auth import MODE, auth_hint, local_token
+from mixscope.runtime.auth import auth_hint, token_sent
 
 #: the first call Ray's GCS client makes (``NodeInfoGcsService`` in gcs_service.proto); its
 #: request has no fields, so an empty message is a valid one
@@ -54,7 +54,7 @@ def check_gcs(
 
     at = f"cannot reach the Ray cluster at {named or address}"
     env = os.environ if environ is None else environ
-    token = _token_sent(env)
+    token = token_sent(env)
     metadata = [(HEADER, f"Bearer {token}")] if token else None
     # Ray's own channels bypass an HTTP proxy (its grpc_enable_http_proxy is off)
     options = [("grpc.enable_http_proxy", 0)]
@@ -97,14 +97,6 @@ def check_gcs(
         )
     if code == grpc.StatusCode.UNAUTHENTICATED:
         raise MixscopeError(f"{at}: {auth_hint(env, refused=True)}")
-
-
-def _token_sent(env: Mapping[str, str]) -> str | None:
-    """The token Ray would send: this shell's, unless ``RAY_AUTH_MODE`` says otherwise."""
-    mode = env.get(MODE)
-    if mode is not None and mode.lower() != "token":
-        return None
-    return local_token(env)
 
 
 def _reason(details: str) -> str:
