@@ -14,8 +14,11 @@ Measured side by side in one run, on the same model, batch and machine:
    runs out of memory. CPU: peak RSS increase in a fresh process per configuration, eager
    under an address-space cap (``--cpu-cap-gib``); CUDA: ``max_memory_allocated``.
 
-Model weights are random (configs, no download) except MiniLM, the real packaged model;
-timing does not depend on the weights.
+Model weights are random (configs, no download: tests/shaped_models.py) except MiniLM, the
+real packaged model of the CPU table; timing does not depend on the weights. ``--gpu`` times
+the shapes GPUs run, a random BERT-base and a 1B-shaped Llama, and needs no model package
+(the lent GPU machine has none: benchmarks/gpu_check.sh); with ``--quick`` their small
+siblings (the check's dry run).
 
     python benchmarks/attention.py                    # CPU, ~5 minutes
     python benchmarks/attention.py --quick            # smoke test
@@ -38,7 +41,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
 
-from common import REPO, minilm_tokenizer, source_state
+from common import REPO, shaped, source_state, tests_module
 from timing import MALLOC_ENV, RssSampler, current_rss, interleaved, paired_ratio, synchronizer
 
 #: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
@@ -46,30 +49,15 @@ RESULTS = REPO / "benchmarks" / "results" / "attention.md"
 #: the GPU run's (``--device cuda``): its own README section
 GPU_RESULTS = REPO / "benchmarks" / "results" / "attention-gpu.md"
 
-#: Llama-family shapes (random weights): GQA, RMSNorm, rotary
-LLAMA = {
-    "small": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                  num_attention_heads=8, num_key_value_heads=2),
-    "memory": dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2,
-                   num_attention_heads=4, num_key_value_heads=2),
-    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-               num_attention_heads=32, num_key_value_heads=8),
-}  # fmt: skip
+#: the random models' shapes (tests/shaped_models.py)
+SHAPES = tests_module("shaped_models").SHAPES
+LABELS = tests_module("shaped_models").LABELS
 
 
 def llama(shape: str, device: torch.device, dtype: torch.dtype, positions: int) -> Any:
-    """A random Llama-family model (base, eager attention) loaded for the engine."""
-    from transformers import AutoModel, LlamaConfig
-
-    from mixscope.models.loading import load
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=32000, max_position_embeddings=positions, **LLAMA[shape], rope_theta=1e4
-    )
-    model = AutoModel.from_config(config, attn_implementation="eager", dtype=dtype)
-    loaded = load((model.to(device).eval(), minilm_tokenizer()))
-    return loaded
+    """A random Llama-family model (``shape``: "1b", "small", "memory"; GQA, RMSNorm,
+    rotary) loaded for the engine."""
+    return shaped(f"llama-{shape}", device, dtype, positions)
 
 
 def minilm(device: torch.device, dtype: torch.dtype) -> Any:
@@ -77,6 +65,21 @@ def minilm(device: torch.device, dtype: torch.dtype) -> Any:
     from mixscope.models.packaged import DEFAULT_MODEL
 
     return load(DEFAULT_MODEL, dtype=dtype, device=device)
+
+
+def encoder(args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> tuple:
+    """(label, loaded) of the encoder timed: the packaged MiniLM (real weights) on the CPU
+    table; with ``--gpu`` a random BERT-base, the shape GPUs run (BERT-small with
+    ``--quick``), which needs no model package."""
+    if not args.gpu:
+        return "MiniLM-L6 (real)", minilm(device, dtype)
+    shape = "bert-small" if args.quick else "bert-base"
+    return LABELS[shape], shaped(shape, device, dtype)
+
+
+def llama_shape(args: argparse.Namespace) -> str:
+    """The Llama timed: the 1B shape with ``--gpu``, the small one otherwise or ``--quick``."""
+    return "1b" if args.gpu and not args.quick else "small"
 
 
 def batch_inputs(loaded: Any, batch: int, n: int, device: torch.device) -> dict[str, Any]:
@@ -175,13 +178,12 @@ def time_case(name: str, loaded: Any, batch: int, n: int, args: argparse.Namespa
 # --------------------------------------------------------------------------- memory
 
 
-def memory_child(spec: str, args: argparse.Namespace) -> None:
-    """One (mode, n) in this fresh process; prints one JSON line. ``mode``: "sdpa", or an
-    attention path with optional groups, "fast" / "eager" / "fast@paper,ff"."""
-    mode, n = spec.rsplit(":", 1)
-    n = int(n)
+def memory_peak(mode: str, n: int, args: argparse.Namespace) -> float | None:
+    """Peak MiB of one (mode, n); None when it ran out of memory. ``mode``: "sdpa", or an
+    attention path with optional groups, "fast" / "eager" / "fast@paper,ff". On CUDA in
+    this process (``max_memory_allocated`` counts this call alone), on the CPU in a fresh
+    one (:func:`memory_child`: RSS counts the whole process)."""
     attention, _, measures = mode.partition("@")
-    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     loaded = llama("memory", device, _dtype(args.dtype), max(n, 512))
     inputs = batch_inputs(loaded, 1, n, device)
@@ -201,6 +203,9 @@ def memory_child(spec: str, args: argparse.Namespace) -> None:
             peak = (torch.cuda.max_memory_allocated() - base) / 2**20
         except torch.cuda.OutOfMemoryError:
             peak = None
+        del loaded, inputs, fn
+        gc.collect()
+        torch.cuda.empty_cache()
     else:
         with open("/proc/self/statm") as fh:
             virtual = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -213,13 +218,36 @@ def memory_child(spec: str, args: argparse.Namespace) -> None:
             peak = (sampler.peak - base) / 2**20
         except (RuntimeError, MemoryError):
             peak = None
-    print(json.dumps({"mode": mode, "n": n, "peak_mib": peak}))
+    return peak
+
+
+def memory_child(spec: str, args: argparse.Namespace) -> None:
+    """One (mode, n) in this fresh process (``spec``: "mode:n"); prints one JSON line."""
+    mode, n = spec.rsplit(":", 1)
+    torch.set_num_threads(args.threads)
+    print(json.dumps({"mode": mode, "n": int(n), "peak_mib": memory_peak(mode, int(n), args)}))
+
+
+def memory_row(mode: str, n: int, args: argparse.Namespace) -> dict:
+    """One (mode, n) of the curve: in this process on CUDA, in a fresh one on the CPU."""
+    if args.device.startswith("cuda"):
+        return {"mode": mode, "n": n, "peak_mib": memory_peak(mode, n, args)}
+    cmd = [sys.executable, __file__, "--memory-child", f"{mode}:{n}",
+           "--device", args.device, "--dtype", args.dtype, "--threads",
+           str(args.threads), "--cpu-cap-gib", str(args.cpu_cap_gib)]  # fmt: skip
+    env = {**os.environ, **MALLOC_ENV}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    row = json.loads(lines[-1]) if lines else {"mode": mode, "n": n, "peak_mib": None}
+    if not lines:  # killed (the OOM killer) or crashed: out of memory too
+        row["error"] = (done.stderr.strip().splitlines() or ["exit"])[-1][:80]
+    return row
 
 
 def memory_curve(
     args: argparse.Namespace, modes: tuple[str, ...] = ("sdpa", "fast", "eager")
 ) -> list[dict]:
-    """Peak memory of each mode at each n (``args.memory_n``), a fresh process each; eager
+    """Peak memory of each mode at each n (``args.memory_n``, :func:`memory_row`); eager
     is not tried again at a larger n once it ran out of memory."""
     rows: list[dict] = []
     eager_alive = True
@@ -228,15 +256,7 @@ def memory_curve(
             if mode == "eager" and not eager_alive:
                 rows.append({"mode": mode, "n": n, "peak_mib": None, "skipped": True})
                 continue
-            cmd = [sys.executable, __file__, "--memory-child", f"{mode}:{n}",
-                   "--device", args.device, "--dtype", args.dtype, "--threads",
-                   str(args.threads), "--cpu-cap-gib", str(args.cpu_cap_gib)]  # fmt: skip
-            env = {**os.environ, **MALLOC_ENV}
-            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-            row = json.loads(lines[-1]) if lines else {"mode": mode, "n": n, "peak_mib": None}
-            if not lines:  # killed (the OOM killer) or crashed: out of memory too
-                row["error"] = (done.stderr.strip().splitlines() or ["exit"])[-1][:80]
+            row = memory_row(mode, n, args)
             rows.append(row)
             if mode == "eager" and row["peak_mib"] is None:
                 eager_alive = False
@@ -245,6 +265,14 @@ def memory_curve(
 
 
 # --------------------------------------------------------------------------- report
+
+
+def memory_shape() -> str:
+    """The memory curve's Llama config in words ("hidden size 128, …, key value heads 2")."""
+    fields = SHAPES["llama-memory"][1].items()
+    return ", ".join(
+        f"{k.removeprefix('num_').replace('_', ' ')} {v}" for k, v in fields if k != "vocab_size"
+    )
 
 
 def mib(v: float | None) -> str:
@@ -274,8 +302,7 @@ def report(times: list[dict], memory: list[dict], args: argparse.Namespace) -> s
             f"| {t['max_diff']:.1e} |"
         )
     if memory:
-        shape = ", ".join(f"{k.removeprefix('num_').replace('_', ' ')} {v}"
-                          for k, v in LLAMA["memory"].items())  # fmt: skip
+        shape = memory_shape()
         kind = "peak RSS increase" if args.device == "cpu" else "max_memory_allocated"
         say("")
         say(f"Peak memory of one sequence of n tokens, a Llama-family config ({shape}); {kind}, "
@@ -314,7 +341,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2)))
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="smoke test: small n, 1 repetition")
-    p.add_argument("--gpu", action="store_true", help="GPU sizes: a 1B-shaped Llama, n to 32k")
+    p.add_argument(
+        "--gpu", action="store_true", help="GPU shapes: random BERT-base, 1B Llama, n to 32k"
+    )
     p.add_argument("--cpu-cap-gib", type=float, default=6.0, help="eager's memory cap (CPU)")
     p.add_argument("--no-memory", action="store_true", help="skip the memory curve")
     p.add_argument("--memory-max", type=int, default=None, help="largest n of the memory curve")
@@ -336,18 +365,20 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     device, dtype = torch.device(args.device), _dtype(args.dtype)
     cases: list[tuple[str, Any, int, int]] = []
-    mini = minilm(device, dtype)
-    cases.append(("MiniLM-L6 (real)", mini, 8 if not args.gpu else 64, 128))
-    shape = "1b" if args.gpu else "small"
+    label, mini = encoder(args, device, dtype)
+    cases.append((label, mini, 8 if not args.gpu else (4 if args.quick else 64), 128))
+    shape = llama_shape(args)
     lengths = [1024] if args.quick else ([2048, 8192] if args.gpu else [2048])
     big = llama(shape, device, dtype, max(lengths))
-    cases += [(f"Llama-{shape} (random, GQA)", big, 1, n) for n in lengths]
+    cases += [(LABELS[f"llama-{shape}"], big, 1, n) for n in lengths]
     times = []
     for name, loaded, batch, n in cases:
         print(f"  timing {name} n={n} batch={batch} …", flush=True)
         times.append(time_case(name, loaded, batch, n, args))
-    del big, mini
+    del big, mini, cases
     gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     memory = [] if args.no_memory else memory_curve(args)
     text = report(times, memory, args)
     print("\n" + text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -56,11 +57,28 @@ def minilm_path() -> Path:
     return Path(path)
 
 
-def minilm_tokenizer() -> Any:
-    """MiniLM's WordPiece tokenizer (BERT uncased vocabulary), from the packaged copy."""
-    from transformers import AutoTokenizer
+def tests_module(name: str) -> Any:
+    """A module of ``tests/`` (``tiny_models``, ``shaped_models``): the models the tests
+    build from configs, which the benchmarks time too."""
+    tests = str(REPO / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    return importlib.import_module(name)
 
-    return AutoTokenizer.from_pretrained(minilm_path())
+
+def offline_tokenizer() -> Any:
+    """MiniLM's WordPiece tokenizer (BERT uncased vocabulary), built from the repository's
+    copy of its vocabulary (tests/data/wordpiece-uncased: the same ids as the packaged
+    model's), so a benchmark needs no model package and no download for its tokenizer."""
+    return tests_module("tiny_models").tokenizer()
+
+
+def shaped(shape: str, device: Any, dtype: Any, positions: int = 512) -> Any:
+    """A random model of a real shape (tests/shaped_models.py: BERT-base, Llama-1b, …),
+    built on ``device`` and loaded for the engine (eager attention, as a job loads it)."""
+    from mixscope.models.loading import load
+
+    return load(tests_module("shaped_models").build(shape, dtype, device, positions))
 
 
 def machine(device: Any) -> str:

@@ -10,12 +10,15 @@ Measured side by side in one run, on the same model, batch and machine:
    paper's (paired ratios of interleaved repetitions, benchmarks/timing.py).
 2. **Memory.** Peak memory of one sequence of n tokens (512 → 8k) on the small Llama-family
    config of benchmarks/attention.py: the SDPA forward, the paper's fast analysis and paper
-   + ff, each in a fresh process (peak RSS increase on CPU, ``max_memory_allocated`` on
+   + ff (peak RSS increase of a fresh process each on CPU, ``max_memory_allocated`` on
    CUDA). Linear in n: the group keeps two parts per token, never a per-pair tensor.
+
+The CPU table times the packaged MiniLM (real weights) and a small random Llama; ``--gpu``
+a random BERT-base and a 1B-shaped Llama (tests/shaped_models.py), no model package needed.
 
     python benchmarks/ff.py                    # CPU, ~3 minutes
     python benchmarks/ff.py --quick            # smoke test
-    python benchmarks/ff.py --device cuda --dtype bfloat16
+    python benchmarks/ff.py --device cuda --dtype bfloat16 --gpu   # a lent GPU
 """
 
 from __future__ import annotations
@@ -31,15 +34,17 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch
 
 from attention import (
-    LLAMA,
+    LABELS,
     _dtype,
     analysis_fn,
     batch_inputs,
+    encoder,
     forward_fn,
     llama,
+    llama_shape,
     memory_curve,
+    memory_shape,
     mib,
-    minilm,
 )
 from common import REPO, source_state
 from timing import interleaved, paired_ratio, synchronizer
@@ -81,6 +86,7 @@ def report(times: list[dict], memory: list[dict], args: argparse.Namespace) -> s
         for f in (
             f"--device {args.device}" if args.device != "cpu" else "",
             f"--dtype {args.dtype}" if args.dtype != "float32" else "",
+            "--gpu" if args.gpu else "",
             "--quick" if args.quick else "",
         )
         if f
@@ -99,8 +105,7 @@ def report(times: list[dict], memory: list[dict], args: argparse.Namespace) -> s
             f"| {t['ff_over_paper']:.2f}× |"
         )
     if memory:
-        shape = ", ".join(f"{k.removeprefix('num_').replace('_', ' ')} {v}"
-                          for k, v in LLAMA["memory"].items())  # fmt: skip
+        shape = memory_shape()
         kind = "peak RSS increase" if args.device == "cpu" else "max_memory_allocated"
         by = {(r["mode"], r["n"]): r["peak_mib"] for r in memory}
         say("")
@@ -132,6 +137,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2)))
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="smoke test: small sizes, 1 repetition")
+    p.add_argument(
+        "--gpu", action="store_true", help="GPU shapes: random BERT-base, 1B Llama (n 2048)"
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the memory curve")
     p.add_argument("--memory-max", type=int, default=8192, help="largest n of the memory curve")
     p.add_argument("--cpu-cap-gib", type=float, default=6.0, help=argparse.SUPPRESS)
@@ -148,9 +156,11 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     device, dtype = torch.device(args.device), _dtype(args.dtype)
     n_llama = 512 if args.quick else 2048
+    label, mini = encoder(args, device, dtype)
+    shape = llama_shape(args)
     cases = [
-        ("MiniLM-L6 (real)", minilm(device, dtype), 4 if args.quick else 32, 128),
-        ("Llama-small (random, GQA, SwiGLU)", llama("small", device, dtype, n_llama), 1, n_llama),
+        (label, mini, 4 if args.quick else (64 if args.gpu else 32), 128),
+        (LABELS[f"llama-{shape}"], llama(shape, device, dtype, n_llama), 1, n_llama),
     ]
     times = []
     for name, loaded, batch, n in cases:

@@ -51,7 +51,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from common import REPO, minilm_tokenizer, source_state  # noqa: E402
+from common import REPO, offline_tokenizer, source_state  # noqa: E402
 
 pa.set_cpu_count(1)
 pa.set_io_thread_count(1)
@@ -241,7 +241,7 @@ def serve(args: argparse.Namespace) -> int:
     import json
 
     Vocabulary = _vocabulary()
-    tok = minilm_tokenizer()
+    tok = offline_tokenizer()
     seqs, measures = synthetic_shard(np.random.default_rng(0), 0, args.shard_seqs)
     try:  # the current code: the same shard with every group's columns
         from mixscope.mixing.measures import measure_set

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from common import minilm_tokenizer, save_results, source_state
+from common import offline_tokenizer, save_results, source_state
 
 LAYERS = 12
 SEQ_LEN = 128
@@ -365,7 +365,7 @@ def main() -> int:  # noqa: C901 - a script's steps, flag by flag
 
     import duckdb
 
-    tok = minilm_tokenizer()
+    tok = offline_tokenizer()
     base = Path(tempfile.mkdtemp(prefix="mixscope-sql-bench-", dir=args.dir))
     load_before = os.getloadavg()
     results = []

@@ -25,7 +25,6 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from common import REPO, publish, timed_job, wikitext_path
+from common import REPO, publish, tests_module, timed_job, wikitext_path
 
 #: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
 RESULTS = REPO / "benchmarks" / "results" / "startup.md"
@@ -69,11 +68,11 @@ def sync_timing(tmp: Path, n: int, one_session: bool) -> tuple[float, int]:
     import ray
     import torch
 
-    sys.path.insert(0, str(REPO / "tests"))
     from mixscope.checkpoints.sync import sync_pass
     from mixscope.config import load_spec
     from mixscope.runtime import ray_executor
-    from tiny_models import build
+
+    build = tests_module("tiny_models").build
 
     tag = "one" if one_session else "each"
     train = tmp / f"train-{tag}"

@@ -1,4 +1,8 @@
-"""Shared fixtures: the real MiniLM model path and tiny random models of every family."""
+"""Shared fixtures: the real MiniLM model path and tiny random models of every family.
+
+This file imports only what the GPU check's machine has (torch, transformers, pytest: no
+Ray, DuckDB or packaged model; benchmarks/gpu_check.sh): a fixture that needs more imports
+it when a test asks for it."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from tiny_models import MINILM, build
+from tiny_models import build, minilm_dir
 
 #: the reliability matrix table (``--reliability-report PATH``)
 pytest_plugins = ["reliability_report"]
@@ -35,13 +39,33 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
-# the SQL tests' results directories, built once per session (tests/sql_oracle.py)
-from sql_oracle import real_root, res, synth_root  # noqa: E402, F401
+@pytest.fixture(scope="session")
+def minilm_path() -> str:
+    return str(minilm_dir())
+
+
+# -- the SQL tests' results directories, built once per session (tests/sql_oracle.py) ------
 
 
 @pytest.fixture(scope="session")
-def minilm_path() -> str:
-    return str(MINILM)
+def real_root(tiny_bert_dir, tmp_path_factory):
+    """A real job's results (the tiny BERT) with imported references."""
+    import sql_oracle
+
+    return sql_oracle.real_root(tiny_bert_dir, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def synth_root(tmp_path_factory):
+    """Synthetic results in the real schema, for the edge cases (tests/sql_fixtures.py)."""
+    import sql_oracle
+
+    return sql_oracle.synth_root(tmp_path_factory)
+
+
+@pytest.fixture(params=["real", "synthetic"])
+def res(request):
+    return request.getfixturevalue("real_root" if request.param == "real" else "synth_root")
 
 
 @pytest.fixture(scope="session")

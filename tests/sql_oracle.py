@@ -6,7 +6,8 @@ one synthetic in the real schema for edge cases, see ``sql_fixtures``) and its n
 compared with an independent computation: the committed Parquet rows are found from the
 commit records and read with pyarrow, and the statistics are plain loops, numpy and
 ``scipy.stats.spearmanr`` (average ranks for ties) — never DuckDB. The fixtures
-(``real_root``, ``synth_root``, ``res``) are session-wide: tests/conftest.py imports them.
+(``real_root``, ``synth_root``, ``res``) are session-wide: tests/conftest.py builds them
+with :func:`real_root` and :func:`synth_root`, on first use.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-import pytest
 from click.testing import CliRunner
 from scipy.stats import spearmanr
 
@@ -61,25 +61,18 @@ def _import_references(root: Path, folder: Path) -> dict[str, tuple[str, dict]]:
     return out
 
 
-@pytest.fixture(scope="session")
-def real_root(tiny_bert_dir, tmp_path_factory):
+def real_root(tiny_bert_dir: str, tmp_path_factory: Any) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("real-results")
     run_ids = sf.build_real(tiny_bert_dir, root, tmp_path_factory.mktemp("real-corpus"))
     refs = _import_references(root, tmp_path_factory.mktemp("real-refs"))
     return {"root": str(root), "runs": run_ids, "refs": refs, "kind": "real"}
 
 
-@pytest.fixture(scope="session")
-def synth_root(tmp_path_factory):
+def synth_root(tmp_path_factory: Any) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("synthetic-results")
     info = sf.build_synthetic(root)
     refs = _import_references(root, tmp_path_factory.mktemp("synthetic-refs"))
     return {"root": str(root), "runs": info["runs"], "refs": refs, "kind": "synthetic", **info}
-
-
-@pytest.fixture(params=["real", "synthetic"])
-def res(request):
-    return request.getfixturevalue("real_root" if request.param == "real" else "synth_root")
 
 
 # -- the independent reader ---------------------------------------------------------------

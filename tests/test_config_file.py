@@ -21,7 +21,7 @@ from mixscope.models.resolve import (
     resolved_measures,
 )
 from run_helpers import DEMO
-from tiny_models import DECODER_FAMILIES, FAMILIES, MINILM, _config, tokenizer
+from tiny_models import DECODER_FAMILIES, FAMILIES, _config, minilm_dir, tokenizer
 
 
 def read_attributes(model_type: str) -> set[str]:
@@ -99,7 +99,7 @@ def test_class_defaults_and_tokenizer_limits(model_type, limit, tmp_path):
 
 
 def test_the_packaged_model_reads_as_transformers_reads_it():
-    assert_as_transformers(MINILM, "bert")
+    assert_as_transformers(minilm_dir(), "bert")
     assert resolved_max_length("minilm", None) == 512
     assert resolved_max_length("minilm", 128) == 128
 

@@ -3,14 +3,20 @@
 What CPU runs cannot check: the CUDA fused kernels (flash: no mask, half precision;
 memory-efficient: additive masks) against exact attention on padded batches, every measure
 group on the fast path against eager on the GPU, float64 on the GPU against the float64 CPU
-engine (the same arithmetic, another device), bfloat16 against float32, and the exactness
-identities under ``verify`` on the GPU. benchmarks/gpu_check.sh runs this file and the GPU
-benchmark tables in one command.
+engine (the same arithmetic, another device), bfloat16 against float32 on random models of
+real shapes (BERT-base, a 1B Llama with grouped-query heads), and the exactness identities
+under ``verify`` on the GPU. benchmarks/gpu_check.sh runs this file and the GPU benchmark
+tables in one command.
+
+``MIXSCOPE_GPU_TEST_DEVICE=cpu`` runs the same tests on the CPU with the small shapes: the
+check's ``--dry-run``, which proves on a machine without a GPU that the file imports and
+runs with only the lent machine's packages (tests/test_gpu_check.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -18,11 +24,19 @@ import pytest
 import torch
 
 import mixscope
+import shaped_models
 from mixscope.mixing.fast_attention import attention_with_lse
+
+#: where the tests run: the GPU, or the CPU for the check's dry run
+DEVICE = torch.device(os.environ.get("MIXSCOPE_GPU_TEST_DEVICE", "cuda"))
+#: the real shapes on a GPU, their small siblings (same family and layout) on the CPU
+SHAPES = ("bert-base", "llama-1b") if DEVICE.type == "cuda" else ("bert-small", "llama-small")
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (a GPU)"),
+    pytest.mark.skipif(
+        DEVICE.type == "cuda" and not torch.cuda.is_available(), reason="needs CUDA (a GPU)"
+    ),
 ]
 
 TEXTS = [
@@ -58,24 +72,24 @@ def _exact(q, k, v, keep, scale, causal):
 def test_cuda_kernels_against_exact_attention(dtype, causal, padding):
     """flash (no mask, half precision) and memory-efficient (masks, every dtype): output
     and LSE — the LSE gives α_ii, so it is what the measures rest on."""
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
     b, h, kv, n, d = 3, 8, 2, 77, 64  # grouped-query heads, a length no kernel tile divides
-    q = torch.randn(b, h, n, d, device="cuda", generator=gen).to(dtype)
-    k = torch.randn(b, kv, n, d, device="cuda", generator=gen).to(dtype)
-    v = torch.randn(b, kv, n, d, device="cuda", generator=gen).to(dtype)
+    q = torch.randn(b, h, n, d, device=DEVICE, generator=gen).to(dtype)
+    k = torch.randn(b, kv, n, d, device=DEVICE, generator=gen).to(dtype)
+    v = torch.randn(b, kv, n, d, device=DEVICE, generator=gen).to(dtype)
     keep = None
     if padding:
-        lengths = torch.tensor([n, n // 2, 5], device="cuda")
-        pos = torch.arange(n, device="cuda")
+        lengths = torch.tensor([n, n // 2, 5], device=DEVICE)
+        pos = torch.arange(n, device=DEVICE)
         keep = (
             pos[None] < lengths[:, None]
             if padding == "right"
             else pos[None] >= n - lengths[:, None]
         )
     mask = None if keep is None else keep[:, None, None, :]
-    out, lse = attention_with_lse(q, k, v, mask, d**-0.5, causal, kernel="cuda")
+    out, lse = attention_with_lse(q, k, v, mask, d**-0.5, causal, kernel=DEVICE.type)
     ref_out, ref_lse = _exact(q, k, v, keep, d**-0.5, causal)
-    rows = torch.ones(b, n, dtype=torch.bool, device="cuda") if keep is None else keep
+    rows = torch.ones(b, n, dtype=torch.bool, device=DEVICE) if keep is None else keep
     if causal and padding == "left":  # a left-padded causal row sees no key before its first
         rows = rows & torch.isfinite(ref_lse).all(dim=1)
     tol = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}[dtype]
@@ -90,7 +104,7 @@ def _table(model, tok, **kwargs):
 @contextlib.contextmanager
 def on_gpu(model) -> Iterator[None]:
     """The (session-cached) tiny model on the GPU, back on the CPU afterwards."""
-    model.to("cuda")
+    model.to(DEVICE)
     try:
         yield
     finally:
@@ -106,8 +120,8 @@ def test_every_group_fast_against_eager_on_the_gpu(tiny, family):
 
 def _fast_against_eager(model, tok, family: str) -> None:
     for side in ("right", "left"):
-        fast = _table(model, tok, device="cuda", attention="fast", padding_side=side)
-        eager = _table(model, tok, device="cuda", attention="eager", padding_side=side)
+        fast = _table(model, tok, device=DEVICE.type, attention="fast", padding_side=side)
+        eager = _table(model, tok, device=DEVICE.type, attention="eager", padding_side=side)
         for c in MEASURES(fast):
             diff = np.abs(fast[c].to_numpy() - eager[c].to_numpy()).max()
             assert diff <= 1e-4, f"{family}/{side} {c}: {diff:.2e}"
@@ -119,7 +133,7 @@ def test_float64_on_the_gpu_equals_the_cpu(tiny, family):
     model, tok = tiny(family, torch.float64)
     cpu = _table(model, tok, device="cpu", dtype="float64")
     with on_gpu(model):
-        gpu = _table(model, tok, device="cuda", dtype="float64", verify=True)
+        gpu = _table(model, tok, device=DEVICE.type, dtype="float64", verify=True)
     for c in MEASURES(cpu):
         assert np.abs(cpu[c].to_numpy() - gpu[c].to_numpy()).max() <= 1e-6, c
 
@@ -128,19 +142,22 @@ def test_float64_on_the_gpu_equals_the_cpu(tiny, family):
 def test_verify_on_the_gpu_in_float32(tiny, family):
     model, tok = tiny(family, torch.float32)
     with on_gpu(model):
-        table = _table(model, tok, device="cuda", verify=True)
+        table = _table(model, tok, device=DEVICE.type, verify=True)
     assert table.num_rows > 0
 
 
-def test_bfloat16_stays_close_to_float32(minilm_path):
-    """The packaged MiniLM in bfloat16 on the fast path (flash / efficient kernels) against
-    float32 eager: the mean ratios agree to a few thousandths."""
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bfloat16_stays_close_to_float32(shape):
+    """A real-shaped model in bfloat16 on the fast path (flash / efficient kernels on a GPU)
+    against float32 eager: the mean ratios agree to a few thousandths."""
     texts = [t if isinstance(t, str) else " ".join(t) for t in TEXTS] * 8
     means = {}
-    for dtype, attention in (("bfloat16", "fast"), ("float32", "eager")):
+    for dtype, attention in ((torch.bfloat16, "fast"), (torch.float32, "eager")):
+        model, tok = shaped_models.build(shape, dtype, DEVICE)
         table = mixscope.analyze(
-            minilm_path, texts, device="cuda", dtype=dtype, attention=attention, measures="all"
+            (model, tok), texts, device=DEVICE.type, attention=attention, measures="all"
         )
         means[dtype] = {c: float(table[c].to_numpy().mean()) for c in MEASURES(table)}
-    for c, v in means["float32"].items():
-        assert abs(means["bfloat16"][c] - v) <= 0.02, (c, means["bfloat16"][c], v)
+        del model
+    for c, v in means[torch.float32].items():
+        assert abs(means[torch.bfloat16][c] - v) <= 0.02, (c, means[torch.bfloat16][c], v)

