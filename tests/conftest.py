@@ -21,7 +21,14 @@ pytest_plugins = ["reliability_report"]
 #: fixtures whose use makes a test slow (the real model) or end to end (a cluster or jobs)
 SLOW_FIXTURES = {"minilm_path"}
 E2E_FIXTURES = {"ray_local", "clean_run"}
-E2E_MODULES = {"test_pipeline", "test_submit", "test_checkpoints", "test_ray_state", "test_attach"}
+E2E_MODULES = {
+    "test_pipeline",
+    "test_submit",
+    "test_checkpoints",
+    "test_ray_state",
+    "test_attach",
+    "test_gpu_check",  # a throwaway venv and the whole check's dry run
+}
 
 
 def pytest_collection_modifyitems(config, items):

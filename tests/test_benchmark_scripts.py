@@ -54,27 +54,6 @@ def test_ff_benchmark_runs() -> None:
     assert "| MiniLM-L6 (real) | 128 × 4 |" in done.stdout and "paper + ff / SDPA" in done.stdout
 
 
-def test_gpu_check_is_one_executable_command() -> None:
-    """benchmarks/gpu_check.sh: executable, valid bash, and on a machine without CUDA it
-    says so and exits 3 before doing anything (on a GPU it runs tests/test_gpu.py and the
-    GPU tables)."""
-    script = BENCH / "gpu_check.sh"
-    assert os.access(script, os.X_OK)
-    subprocess.run(["bash", "-n", str(script)], check=True)
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is here: the check itself is the test")
-    done = subprocess.run(
-        [str(script)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHON": sys.executable},
-        timeout=120,
-    )
-    assert done.returncode == 3 and "no GPU here" in done.stdout
-
-
 @pytest.mark.slow
 def test_efficiency_benchmark_runs(tmp_path: Path) -> None:
     out = _quick("efficiency.py", tmp_path, "--long", "2")
