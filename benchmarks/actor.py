@@ -120,19 +120,12 @@ class BareForward:
         self.shards = [self._encode(read_shard(s, spec.corpus), prep) for s in prep.plan.shards]
 
     def _encode(self, docs: list, prep: Any) -> list:
-        """The shard's sequences, as the worker encodes them (runtime/worker.py)."""
+        """The shard's sequences, tokenized as the worker does (the same lengths: each
+        repetition checks the token counts agree; masking changes ids, not lengths)."""
         from mixscope.corpus.encode import encode_documents
 
-        a = prep.spec.analysis
-        return encode_documents(
-            self.tokenizer,
-            [d.text for d in docs],
-            max_length=prep.max_length,
-            mask_rate=a.mask_rate,
-            seed=a.seed,
-            doc_ids=[d.doc_id for d in docs],
-            mask_count=a.mask_count,
-        )
+        texts = [d.text for d in docs]
+        return encode_documents(self.tokenizer, texts, max_length=prep.max_length)
 
     @torch.inference_mode()
     def seconds(self) -> tuple[float, int]:
@@ -171,7 +164,7 @@ def measure(shape: str, args: argparse.Namespace, tmp: Path, text: Path) -> dict
     shaped_models = tests_module("shaped_models")
     dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)
-    model_dir = shaped_models.save(shape, str(tmp / shape), dtype, positions=args.max_length)
+    model_dir = shaped_models.save(shape, str(tmp / shape), dtype, device, args.max_length)
     prep = prepare(job_spec(model_dir, text, tmp / f"out-{shape}", args), write=False)
     if len(prep.plan.shards) < 2:
         raise SystemExit("the corpus makes fewer than 2 shards: raise --repeat")

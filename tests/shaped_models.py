@@ -73,10 +73,17 @@ def build(
     return model.eval(), tokenizer()
 
 
-def save(shape: str, path: str, dtype: torch.dtype = torch.float32, positions: int = 512) -> str:
+def save(
+    shape: str,
+    path: str,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    positions: int = 512,
+) -> str:
     """``shape`` written as a model directory (safetensors, config, tokenizer) that
-    ``mixscope`` loads like any local model: what a job (a worker process) reads."""
-    model, tok = build(shape, dtype, positions=positions)
+    ``mixscope`` loads like any local model: what a job (a worker process) reads. Built on
+    ``device`` (a 1B model's random initialisation takes seconds on a GPU, more on a CPU)."""
+    model, tok = build(shape, dtype, device, positions)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -152,7 +152,7 @@ def test_globenc_identity_catches_a_wrong_norm(tiny, monkeypatch):
 
     def swapped(self, idx, heads, kv_heads):
         p = real(self, idx, heads, kv_heads)
-        p.ff_norm.gamma = p.gamma
+        p.ff_norm.gamma = p.norm.gamma
         return p
 
     monkeypatch.setattr(MixingEngine, "_block_params", swapped)

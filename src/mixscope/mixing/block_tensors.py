@@ -63,19 +63,28 @@ def project(x: torch.Tensor, w: torch.Tensor, transposed: bool) -> torch.Tensor:
 
 @dataclass
 class BlockParams:
-    """The weights of one block that the decomposition needs (float statistics dtype)."""
+    """The weights of one block that the decomposition needs (float statistics dtype).
+
+    The norms are the steps of the block's chain (mixing/chain.py): each is None where the
+    family has no norm at that place (the step is the identity)."""
 
     w_out: torch.Tensor  # [hidden, heads * head_dim]   W_O in PyTorch (out, in) layout
     b_out: torch.Tensor  # [hidden]                     b_O (zeros when the model has none)
-    gamma: torch.Tensor  # [hidden]                     norm weight
-    beta: torch.Tensor  # [hidden]                      norm bias (zeros for RMSNorm)
-    eps: float
-    norm_kind: Literal["layer", "rms"]
+    #: the norm after the attention's residual sum, which the next stage reads (BERT's LN1,
+    #: Llama's post-attention norm, the next block's input norm with a parallel residual);
+    #: None where the FF reads the sum raw (OLMo-2)
+    norm: NormParams | None
     heads: int
     kv_heads: int
+    #: the norm inside the attention branch, on its output before the residual add
+    #: (Gemma-2/3, OLMo-2 ``post_attention_layernorm``); None elsewhere
+    attn_branch_norm: NormParams | None = None
+    #: the norm inside the FF branch, on its output before the residual add (Gemma-2/3,
+    #: OLMo-2 ``post_feedforward_layernorm``), where a selected group reads the FF
+    ff_branch_norm: NormParams | None = None
     #: the norm after the feed-forward's residual sum (LN2 of a post-LN block; the next
     #: block's input norm or the final norm of a pre-LN one), where a selected group reads
-    #: it; None otherwise
+    #: it; None otherwise, and where no norm stands there (OLMo-2 between blocks)
     ff_norm: NormParams | None = None
     #: the feed-forward block, where a selected group reads it; None otherwise
     ff: FFParams | None = None
@@ -118,10 +127,6 @@ class BlockTensors:
             raise ValueError("the full attention weights need the eager attention path")
         return self.alpha
 
-    def own_residual(self) -> torch.Tensor:
-        """What the token adds to z besides attention: x_i (+ m_i). [batch, seq, hidden]."""
-        return self.x if self.extra is None else self.x + self.extra
-
 
 def select_values(out: torch.Tensor, layout: str, heads: int, head_dim: int) -> torch.Tensor:
     """The values [batch, seq, kv_heads * head_dim] from the value module's output.
@@ -163,7 +168,7 @@ def centre_(t: torch.Tensor, norm_kind: str) -> torch.Tensor:
     return t.sub_(t.mean(dim=-1, keepdim=True))
 
 
-def norm_scale(z: torch.Tensor, p: BlockParams | NormParams) -> torch.Tensor:
+def norm_scale(z: torch.Tensor, p: NormParams) -> torch.Tensor:
     """The shared denominator s(z_i) of the real norm ``p``: [batch, seq, 1]."""
     if p.norm_kind == "rms":
         return torch.sqrt(z.pow(2).mean(dim=-1, keepdim=True) + p.eps)

@@ -17,7 +17,8 @@ Points (``POINTS``):
   kept as α_ii and α_i0 (and α whole where a per-pair map or the exactness check reads it);
   padded query rows zeroed (see :func:`_zero_padded_rows`);
 - ``attn_out``: the output projection, ``Σ_j a_ij + b_O``;
-- ``attn_norm``: the norm after the attention's residual sum (input z, output x̃);
+- ``attn_norm``: the norm after the attention's residual sum (input z, output x̃); where
+  no norm stands there (OLMo-2), the module that reads the sum (input z = output);
 - ``parallel_mlp``: the MLP output of a parallel residual (the token's own term), added
   wherever ``attn_norm`` is needed on such a model;
 - ``ff_in``: the feed-forward's input projection, its pre-activation ``W₁ y + b₁`` (the
@@ -123,10 +124,13 @@ class Capture:
         elif name == "attn_out":
             store["attn_out"] = out.to(sd)
         elif name == "attn_norm":
-            x_shape = store["x"].shape if "x" in store else out.shape
+            z = args[0] if args else kwargs["hidden_states"]
+            x_shape = store["x"].shape if "x" in store else z.shape
             # OPT normalizes a [batch · seq, hidden] view
-            store["z"] = args[0].reshape(x_shape).to(sd)
-            store["y"] = out.reshape(x_shape).to(sd)
+            store["z"] = z.reshape(x_shape).to(sd)
+            # where no norm stands (OLMo-2) the point is the module reading z: y = z
+            y = z if e.norm_is_identity else out
+            store["y"] = y.reshape(x_shape).to(sd)
         elif name == "parallel_mlp":
             store["extra"] = out.to(sd)
         elif name == "ff_norm":

@@ -27,11 +27,12 @@ from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
 from mixscope.mixing.block_tensors import BlockParams, BlockTensors, FFParams, NormParams, centre
 from mixscope.mixing.capture import BASE, Capture, ForwardDone
-from mixscope.mixing.exactness import check_residuals
+from mixscope.mixing.chain import BlockChain
+from mixscope.mixing.exactness import attention_sum, check_residuals
 from mixscope.mixing.fast_attention import FAST_ATTENTION, first_positions, register, release_masks
 from mixscope.mixing.ff_parts import slope_at_zero
 from mixscope.mixing.measures import GROUPS, MeasureSet, Selection, select
-from mixscope.mixing.measures.base import BatchInfo, Workspace
+from mixscope.mixing.measures.base import BatchInfo
 from mixscope.mixing.pairs import pair_norms
 from mixscope.models.loading import LoadedModel
 
@@ -62,16 +63,20 @@ def attention_implementation(model: Any, name: str) -> Iterator[None]:
         model.set_attn_implementation(current)
 
 
-def _ff_bias_free(ff: FFParams, n: NormParams, b_out: torch.Tensor | None) -> bool:
-    """No bias part reaches the FF: its input projections have no bias, and neither the
-    FF input's norm (β) nor, through it, the attention's output bias b_O add one."""
+def _ff_bias_free(ff: FFParams, p: BlockParams) -> bool:
+    """No bias part reaches the FF: its input projections have no bias, and no step of the
+    chain before it adds one (b_O after centring, a norm's β; with a parallel residual the
+    FF input's bias part is β_in alone)."""
     if any(bool(b.any()) for b in ff.input_biases):
         return False
-    if ff.placement == "parallel":  # the FF input's bias part is β_in alone
+    if ff.placement == "parallel":
         assert ff.input_norm is not None
         return not bool(ff.input_norm.beta.any())
-    centred = b_out is not None and bool(centre(b_out.detach().float(), n.norm_kind).any())
-    return not (centred or bool(n.beta.any()))
+    kinds = [n for n in (p.attn_branch_norm, p.norm) if n is not None]
+    kind = kinds[0].norm_kind if kinds else "rms"
+    if bool(centre(p.b_out.detach().float(), kind).any()):
+        return False
+    return not any(bool(n.beta.any()) for n in kinds)
 
 
 class MixingEngine:
@@ -111,13 +116,20 @@ class MixingEngine:
         model = loaded.model
         adapter = loaded.adapter
         self.blocks = list(model.get_submodule(adapter.layers))
-        # the norm that follows each block's residual sum (see Adapter.parallel_residual)
+        # the norm that follows each block's residual sum (see Adapter.parallel_residual);
+        # where none stands (OLMo-2), the module that reads the sum (its input is z = y)
+        self.norm_is_identity = adapter.norm_after is None and not adapter.parallel_residual
         if adapter.parallel_residual:
             if not (adapter.mlp and adapter.next_norm and adapter.final_norm):
                 raise MixscopeError(f"adapter {adapter.family}: parallel residual needs mlp/norms")
             self.norms = [b.get_submodule(adapter.next_norm) for b in self.blocks[1:]]
             self.norms.append(model.get_submodule(adapter.final_norm))
+        elif self.norm_is_identity:
+            if not adapter.mlp:
+                raise MixscopeError(f"adapter {adapter.family}: no norm after and no mlp")
+            self.norms = [b.get_submodule(adapter.mlp) for b in self.blocks]
         else:
+            assert adapter.norm_after is not None
             self.norms = [b.get_submodule(adapter.norm_after) for b in self.blocks]
         # the norm after each block's feed-forward residual, where a selected group reads it
         self.ff_norms = self._ff_norms() if self._reads("ff_norm") else []
@@ -171,8 +183,9 @@ class MixingEngine:
         gamma = getattr(norm, "weight", None)  # None: a norm without elementwise affine
         beta = getattr(norm, "bias", None)
         zeros = torch.zeros(hidden, dtype=sd, device=device)
+        offset = self.loaded.adapter.gamma_offset  # Gemma's RMSNorm scales by 1 + weight
         return NormParams(
-            gamma=gamma.detach().to(sd) if gamma is not None else torch.ones_like(zeros),
+            gamma=gamma.detach().to(sd) + offset if gamma is not None else torch.ones_like(zeros),
             beta=beta.detach().to(sd) if beta is not None else zeros,
             eps=float(getattr(norm, self.loaded.adapter.norm_eps_attr)),
             norm_kind=self.loaded.adapter.norm_kind,
@@ -215,35 +228,43 @@ class MixingEngine:
 
     def _block_params(self, idx: int, heads: int, kv_heads: int) -> BlockParams:
         a = self.loaded.adapter
-        block, norm = self.blocks[idx], self.norms[idx]
+        block = self.blocks[idx]
         out_proj = block.get_submodule(a.out_proj)
         sd = self.stat_dtype
         w_out = out_proj.weight.detach()
         if a.out_proj_transposed:  # Conv1D keeps [in, out]
             w_out = w_out.t()
         w_out = w_out.to(sd).contiguous()  # [hidden, heads * head_dim]
-        hidden = w_out.shape[0]
+        hidden, device = w_out.shape[0], w_out.device
         b_out = getattr(out_proj, "bias", None)
-        n = self._norm_params(norm, hidden, w_out.device)
-        ff_norm = None
-        if self.ff_norms:
-            ff_norm = self._norm_params(self.ff_norms[idx], hidden, w_out.device)
-        ff = None
-        if self._reads("ff_in"):
-            ff = self._ff_params(block, hidden, w_out.device)
-            ff.bias_free = _ff_bias_free(ff, n, b_out)
-        return BlockParams(
+
+        def norm_at(path: str | None) -> NormParams | None:
+            return (
+                None
+                if path is None
+                else self._norm_params(block.get_submodule(path), hidden, device)
+            )
+
+        p = BlockParams(
             w_out=w_out,
-            b_out=b_out.detach().to(sd) if b_out is not None else torch.zeros_like(n.beta),
-            gamma=n.gamma,
-            beta=n.beta,
-            eps=n.eps,
-            norm_kind=n.norm_kind,
+            b_out=b_out.detach().to(sd)
+            if b_out is not None
+            else torch.zeros(hidden, dtype=sd, device=device),
+            norm=None
+            if self.norm_is_identity
+            else self._norm_params(self.norms[idx], hidden, device),
             heads=heads,
             kv_heads=kv_heads,
-            ff_norm=ff_norm,
-            ff=ff,
+            attn_branch_norm=norm_at(a.attn_branch_norm),
         )
+        if self.ff_norms:
+            norm = self.ff_norms[idx]
+            p.ff_norm = None if norm is None else self._norm_params(norm, hidden, device)
+        if self._reads("ff_in"):
+            p.ff = self._ff_params(block, hidden, device)
+            p.ff_branch_norm = norm_at(a.ff_branch_norm)
+            p.ff.bias_free = _ff_bias_free(p.ff, p)
+        return p
 
     def no_context(self, valid: torch.Tensor) -> torch.Tensor:
         """Real tokens with no other real token to attend to: [batch, seq] bool.
@@ -294,14 +315,24 @@ class MixingEngine:
             ff_out=store.get("ff_out"),
         )
         p = self.params[idx]
-        if self.verify:
-            residuals = [r for g in self.groups for r in g.check(t, p, batch)]
+        if self.verify:  # the scopes again, with Σ_j a_ij rebuilt from α and the values
+            exact = BlockChain(t, p, attention_sum(t, p))
+            residuals = [r for g in self.groups for r in g.check(exact, batch)]
             out[2].append(check_residuals(residuals, self.model_dtype, idx + 1, self.norm_dtype))
-        work = Workspace()
-        parts = [g.compute(t, p, batch, work) for g in self.groups]  # [k, batch, seq] each
+        block = BlockChain(t, p)
+        parts = []
+        for g in self.groups:
+            got = g.compute(block, batch)
+            expected = (len(g.columns), *batch.valid.shape)
+            if tuple(got.shape) != expected:
+                raise MixscopeError(
+                    f"measure group {g.name!r} returned {tuple(got.shape)}, not "
+                    f"{expected} (one row per declared column)"
+                )
+            parts.append(got)  # [k, batch, seq]
         out[0][idx] = torch.cat(parts).float()  # [measure, batch, seq]
         if pairs:
-            out[1][idx] = pair_norms(t, p, causal=self.loaded.adapter.causal).float()
+            out[1][idx] = pair_norms(block, causal=self.loaded.adapter.causal).float()
 
     @torch.inference_mode()
     def run(

@@ -1,12 +1,11 @@
 """Exactness identities: what a group's parts rebuild, against the model's real tensors.
 
-The paper group's (docs/method.md §2), on the real block sum and norm output:
-
-Σ_j r_ij + b_O (+ m_i) == z_i (the real input of the norm) and
-Σ_j F_i(x_j) + γ ⊙ centre(b_O) / s(z_i) + β == x̃_i (its real output), with every Σ_j
-rebuilt from the captured attention weights and per-head vectors (not from the model's own
-sum), so a wrong head layout, a missed bias or a misplaced residual fails the check.
-``m_i`` is the token's own extra term (the MLP output with a parallel residual).
+Every group checks that its scopes, taken from the block's chain (mixing/chain.py) with
+Σ_j a_ij rebuilt by :func:`attention_sum` from the captured attention weights and per-head
+vectors (not from the model's own sum), add up to the real tensors: the paper group's
+(docs/method.md §2) Σ_j r_ij + bias == z_i (the real input of the norm) and
+Σ_j F_i(x_j) + bias == x̃_i (its real output), so a wrong head layout, a missed bias, a
+misplaced residual or a norm read at the wrong place fails the check.
 
 Errors are measured relative to the size of what is compared, ``|Δ| / max(1, max|·|)``
 per token, so a real model's large residual stream (GPT-2's outlier dimensions) is held to
@@ -18,13 +17,7 @@ from __future__ import annotations
 import torch
 
 from mixscope.errors import ExactnessError
-from mixscope.mixing.block_tensors import (
-    BlockParams,
-    BlockTensors,
-    centre,
-    norm_scale,
-    per_head_transformed,
-)
+from mixscope.mixing.block_tensors import BlockParams, BlockTensors, per_head_transformed
 from mixscope.mixing.measures.base import Residual
 
 #: max |rebuilt − real| allowed, by the dtype the model computes in
@@ -35,19 +28,6 @@ def attention_sum(t: BlockTensors, p: BlockParams) -> torch.Tensor:
     """Σ_j a_ij rebuilt from α and the per-head vectors: [batch, seq, hidden]."""
     f = per_head_transformed(t, p)  # [batch, heads, seq, hidden]
     return torch.einsum("bhij,bhjd->bid", t.full_alpha(), f)
-
-
-def rebuilt_norm_input(t: BlockTensors, p: BlockParams) -> torch.Tensor:
-    """Σ_j r_ij + b_O (+ m_i): what the norm input z must be. [batch, seq, hidden]."""
-    return attention_sum(t, p) + p.b_out + t.own_residual()
-
-
-def rebuilt_norm_output(t: BlockTensors, p: BlockParams) -> torch.Tensor:
-    """Σ_j F_i(x_j) + bias terms: what the norm output must be. [batch, seq, hidden]."""
-    summed = attention_sum(t, p)  # Σ_j a_ij         [batch, seq, hidden]
-    s = norm_scale(t.z, p)  # [batch, seq, 1]
-    parts = p.gamma * centre(summed + t.own_residual(), p.norm_kind) / s  # Σ_j F_i(x_j)
-    return parts + p.gamma * centre(p.b_out, p.norm_kind) / s + p.beta
 
 
 def relative_error(rebuilt: torch.Tensor, real: torch.Tensor, valid: torch.Tensor) -> float:

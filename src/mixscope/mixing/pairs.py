@@ -9,16 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from mixscope.mixing.block_tensors import (
-    BlockParams,
-    BlockTensors,
-    centre,
-    norm_scale,
-    per_head_transformed,
-)
-from mixscope.mixing.ratios import self_attention_vector
-
-#: order of the maps along the ``measure`` axis of :func:`pair_norms`
+from mixscope.mixing.block_tensors import NormParams, centre, norm_scale, per_head_transformed
+from mixscope.mixing.chain import BlockChain
 
 
 def _gram_norms(alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -31,26 +23,37 @@ def _gram_norms(alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return sq.clamp_min(0).sqrt()
 
 
-def pair_norms(t: BlockTensors, p: BlockParams, causal: bool = False) -> torch.Tensor:
+def _split(u: torch.Tensor, n: NormParams) -> torch.Tensor:
+    """A norm's split of per-head vectors, without its 1/s: γ ⊙ centre(u)."""
+    return n.gamma * centre(u, n.norm_kind)
+
+
+def pair_norms(block: BlockChain, causal: bool = False) -> torch.Tensor:
     """‖a_ij‖, ‖r_ij‖, ‖F_i(x_j)‖: [measure, batch, seq(i), seq(j)] in ``PAIR_MEASURES``.
 
-    ``causal``: the entries j > i (sources a causal query cannot see) are set to exactly 0.
+    The off-diagonal parts are the attention's, through the block's chain: the norm inside
+    the branch (its 1/s of query i's real branch output) and the norm after the residual
+    sum; the diagonal is the chain's own part of each scope. ``causal``: the entries
+    j > i (sources a causal query cannot see) are set to exactly 0.
     """
+    t, p = block.t, block.p
+    alpha = t.full_alpha()  # [batch, heads, seq, seq]
     f = per_head_transformed(t, p)  # [batch, heads, seq, hidden]
-    attn = _gram_norms(t.full_alpha(), f)  # [batch, seq, seq]
-    u = p.gamma * centre(f, p.norm_kind)  # [batch, heads, seq, hidden]
-    s = norm_scale(t.z, p)  # [batch, seq, 1]
-    ln = _gram_norms(t.full_alpha(), u) / s  # [batch, seq, seq]
-
-    a_self = self_attention_vector(t, p)  # [batch, seq, hidden]
-    res_diag = torch.linalg.vector_norm(a_self + t.x, dim=-1)  # ‖a_ii + x_i‖  [batch, seq]
-    ln_self = p.gamma * centre(a_self + t.own_residual(), p.norm_kind)  # (+ m_i, parallel)
-    ln_diag = torch.linalg.vector_norm(ln_self, dim=-1) / s[..., 0]
-
-    attnres = attn.clone()
-    attnres.diagonal(dim1=-2, dim2=-1).copy_(res_diag)
-    ln.diagonal(dim1=-2, dim2=-1).copy_(ln_diag)
-    out = torch.stack([attn, attnres, ln])
+    attn = _gram_norms(alpha, f)  # [batch, seq, seq]
+    u, row = f, None  # the branch's per-head vectors, and its per-query 1/s  [batch, seq, 1]
+    if p.attn_branch_norm is not None:
+        u = _split(f, p.attn_branch_norm)
+        row = norm_scale(t.attn_out, p.attn_branch_norm).reciprocal()
+    res = attn.clone() if row is None else _gram_norms(alpha, u) * row
+    if p.norm is None:  # nothing normalizes the sum: the next stage reads r_ij
+        ln = res.clone()
+    else:
+        ln = _gram_norms(alpha, _split(u, p.norm)) / block.s_norm
+        ln = ln if row is None else ln * row
+    own = lambda parts: torch.linalg.vector_norm(parts.applied().own, dim=-1)  # noqa: E731
+    res.diagonal(dim1=-2, dim2=-1).copy_(own(block.attnres))
+    ln.diagonal(dim1=-2, dim2=-1).copy_(own(block.attnresln))
+    out = torch.stack([attn, res, ln])
     if causal:
         seq = out.shape[-1]
         future = torch.ones(seq, seq, dtype=torch.bool, device=out.device).triu(1)

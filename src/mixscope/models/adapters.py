@@ -42,7 +42,9 @@ class Adapter:
     attention: str  # module whose output is (attn_output, attn_weights [batch, heads, q, k])
     value: str  # module whose output holds the values (see ``value_layout``)
     out_proj: str  # W_O [hidden, heads * head_dim] (PyTorch layout), b_O [hidden]
-    norm_after: str  # the normalization applied to z = x + attention output
+    # the normalization applied to z = x + attention output, which the next stage reads;
+    # None where the FF reads z raw (OLMo-2: ``mlp`` then names the module that reads it)
+    norm_after: str | None
     norm_kind: Literal["layer", "rms"] = "layer"
     placement: Literal["post", "pre"] = "post"  # documentation: the hooks are the same
     heads_attr: str = "num_attention_heads"
@@ -86,6 +88,13 @@ class Adapter:
     ff_act: str | None = None
     ff_out: str | None = None
     ff_transposed: bool = False
+    # Norms inside a branch, on its output before the residual add (Gemma-2/3 and OLMo-2
+    # ``post_attention_layernorm`` / ``post_feedforward_layernorm``): the block's chain
+    # (mixing/chain.py) splits the branch's parts through them
+    attn_branch_norm: str | None = None
+    ff_branch_norm: str | None = None
+    # added to every norm's weight: Gemma's RMSNorm scales by 1 + weight
+    gamma_offset: float = 0.0
     # Configuration-dependent variants: (config attribute, value, overrides); the first whose
     # attribute equals the value is applied by :func:`adapter_for_config`.
     variants: tuple[tuple[str, Any, tuple[tuple[str, Any], ...]], ...] = ()

@@ -12,7 +12,11 @@ makes them cheap. It states, as data, everything the rest of mixscope needs to k
 - what it needs captured from the forward pass (``needs``: names of
   :data:`mixscope.mixing.capture.POINTS`; ``verify_needs``: more for its exactness check);
 - its tensor code: :meth:`MeasureGroup.compute` returns ``[measure, batch, seq]`` in the
-  order of its columns, and :meth:`MeasureGroup.check` its exactness identity's residuals.
+  order of its columns (the engine checks the shape), and :meth:`MeasureGroup.check` its
+  exactness identity's residuals. Both read the block through its chain
+  (:class:`mixscope.mixing.chain.BlockChain`): the named scopes (attention, attention +
+  residual, its norm; the FF's input and stream) are computed there once per block and
+  shared, so no group re-derives a residual or a norm's split.
 
 This module and the group files import no torch at module load (the CLI, the Arrow schemas
 and the SQL views read the metadata); the tensor code imports it where it runs.
@@ -20,13 +24,13 @@ and the SQL views read the metadata); the tensor code imports it where it runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
 
-    from mixscope.mixing.block_tensors import BlockParams, BlockTensors
+    from mixscope.mixing.chain import BlockChain
     from mixscope.models.adapters import Adapter
 
 
@@ -52,14 +56,6 @@ class BatchInfo:
     valid: torch.Tensor  # [batch, seq] bool: a real token
     no_context: torch.Tensor  # [batch, seq] bool: a real token with no other token to mix in
     first: torch.Tensor  # [batch] long: the sequence's first real position (padding aside)
-
-
-@dataclass
-class Workspace:
-    """Tensors one group leaves for the groups after it, within one block (registry
-    order): sharing without recomputing. Keys are documented where they are set."""
-
-    shared: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -89,16 +85,15 @@ class MeasureGroup:
         """Why the group does not apply to this architecture; None when it does."""
         return None
 
-    def compute(
-        self, t: BlockTensors, p: BlockParams, batch: BatchInfo, work: Workspace
-    ) -> torch.Tensor:
+    def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
         """The group's measures of every token of one block: [measure, batch, seq]."""
         raise NotImplementedError
 
     def check(
-        self, t: BlockTensors, p: BlockParams, batch: BatchInfo
+        self, exact: BlockChain, batch: BatchInfo
     ) -> list[Residual]:  # pragma: no cover - every group overrides it
-        """The residuals of the group's exactness identity (eager path: full α)."""
+        """The residuals of the group's exactness identity: ``exact`` is the block's chain
+        with Σ_j a_ij rebuilt from the full α and the per-head vectors (eager path)."""
         raise NotImplementedError
 
     @property

@@ -20,18 +20,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mixscope.mixing.measures.base import (
-    BatchInfo,
-    Column,
-    MeasureGroup,
-    Residual,
-    Workspace,
-)
+from mixscope.mixing.measures.base import BatchInfo, Column, MeasureGroup, Residual
 
 if TYPE_CHECKING:
     import torch
 
-    from mixscope.mixing.block_tensors import BlockParams, BlockTensors
+    from mixscope.mixing.chain import BlockChain
     from mixscope.models.adapters import Adapter
 
 
@@ -50,70 +44,33 @@ class GlobEnc(MeasureGroup):
             )
         return None
 
-    def compute(
-        self, t: BlockTensors, p: BlockParams, batch: BatchInfo, work: Workspace
-    ) -> torch.Tensor:
-        import torch
-
-        from mixscope.mixing.measures.paper import LN_PARTS
-        from mixscope.mixing.ratios import norm_ratio
-
-        assert p.ff_norm is not None
-        shared = work.shared.get(LN_PARTS)
-        # F_i's context and own parts times s₁ (s₁ and s₂ cancel in the ratio)
-        ln_context, ln_self = shared if shared is not None else _ln_parts(t, p)
-        norm = lambda v: torch.linalg.vector_norm(v, dim=-1)  # noqa: E731  [batch, seq]
-        kind, gamma = p.ff_norm.norm_kind, p.ff_norm.gamma
-
-        def split(v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-            """γ₂ ⊙ centre(v) into a new buffer (or ``out``): the paper group's parts stay
-            as they are for any group after this one."""
-            if kind == "rms":
-                return torch.mul(v, gamma, out=out)
-            return torch.sub(v, v.mean(dim=-1, keepdim=True), out=out).mul_(gamma)
-
-        g = split(ln_context)  # Σ_{j≠i} G_ij · s₂ / s₁    [batch, seq, hidden]
-        n_context = norm(g)
-        g_self = split(ln_self, out=g)  # G_ii · s₂ / s₁, in the same buffer
-        ratio = norm_ratio(n_context, norm(g_self))  # [batch, seq]
+    def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
+        n2 = block.p.ff_norm
+        assert n2 is not None
+        # the LN1 output's parts F_i(x_j) through LN2's split (s₁ and s₂ cancel)
+        ratio = block.attnresln.ratio_after(n2)  # [batch, seq]
         return ratio.masked_fill(batch.no_context, 0.0).unsqueeze(0)  # [1, batch, seq]
 
-    def check(self, t: BlockTensors, p: BlockParams, batch: BatchInfo) -> list[Residual]:
-        from mixscope.mixing.block_tensors import centre, norm_scale
-        from mixscope.mixing.exactness import rebuilt_norm_output, relative_error
+    def check(self, exact: BlockChain, batch: BatchInfo) -> list[Residual]:
+        import torch
 
-        n2 = p.ff_norm
+        from mixscope.mixing.block_tensors import norm_scale
+        from mixscope.mixing.chain import Parts
+        from mixscope.mixing.exactness import relative_error
+
+        t, n2 = exact.t, exact.p.ff_norm
         assert n2 is not None and t.ff_norm_in is not None and t.ff_norm_out is not None
-        s1 = norm_scale(t.z, p)  # [batch, seq, 1]
-        bias1 = p.gamma * centre(p.b_out, p.norm_kind) / s1 + p.beta  # LN1's bias part
-        parts1 = rebuilt_norm_output(t, p) - bias1  # Σ_j F_i(x_j), from α   [b, seq, hidden]
-        s2 = norm_scale(t.ff_norm_in, n2)  # [batch, seq, 1]
-        ff = t.ff_norm_in - t.y  # the feed-forward's output (and its bias)
-        split = lambda v: n2.gamma * centre(v, n2.norm_kind) / s2  # noqa: E731
-        rebuilt = split(parts1) + split(bias1 + ff) + n2.beta
+        # LN2's input: the LN1 output's parts (F_i(x_j) and LN1's bias part) plus the
+        # feed-forward's output, which GlobEnc counts as bias (FF_i = LN2 input − LN1 output)
+        ff = Parts(torch.zeros_like(t.y), None, t.ff_norm_in - t.y)
+        parts = exact.attnresln.plus(ff).through_norm(n2, norm_scale(t.ff_norm_in, n2))
         return [
             Residual(
                 "Σ_j G_ij + bias + FF − LN2 output",
-                relative_error(rebuilt, t.ff_norm_out, batch.valid),
+                relative_error(parts.total(), t.ff_norm_out, batch.valid),
                 norm=True,
             )
         ]
-
-
-def _ln_parts(t: BlockTensors, p: BlockParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """(γ ⊙ centre(Σ_{j≠i} r_ij), γ ⊙ centre(r_ii)) when the paper group did not run."""
-    import torch
-
-    from mixscope.mixing.block_tensors import centre_
-    from mixscope.mixing.ratios import self_attention_vector
-
-    a_self = self_attention_vector(t, p)  # [batch, seq, hidden]
-    context = torch.sub(t.attn_out, p.b_out).sub_(a_self)  # [batch, seq, hidden]
-    own = a_self.add_(t.own_residual())  # [batch, seq, hidden]
-    return (
-        centre_(context, p.norm_kind).mul_(p.gamma),
-        centre_(own, p.norm_kind).mul_(p.gamma),
-    )
 
 
 GROUP = GlobEnc()

@@ -22,18 +22,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mixscope.mixing.measures.base import (
-    BatchInfo,
-    Column,
-    MeasureGroup,
-    Residual,
-    Workspace,
-)
+from mixscope.mixing.measures.base import BatchInfo, Column, MeasureGroup, Residual
 
 if TYPE_CHECKING:
     import torch
 
-    from mixscope.mixing.block_tensors import BlockParams, BlockTensors
+    from mixscope.mixing.chain import BlockChain
 
 
 class Sink(MeasureGroup):
@@ -46,17 +40,12 @@ class Sink(MeasureGroup):
     needs = frozenset({"values", "attention", "attn_out"})
     first_position = True
 
-    def compute(
-        self,
-        t: BlockTensors,
-        p: BlockParams,
-        batch: BatchInfo,
-        work: Workspace,  # noqa: ARG002 - the contract; sink shares nothing
-    ) -> torch.Tensor:
+    def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
         import torch
 
         from mixscope.mixing.ratios import first_attention_vector, norm_ratio
 
+        t, p = block.t, block.p
         assert t.alpha_first is not None
         norm = lambda v: torch.linalg.vector_norm(v, dim=-1)  # noqa: E731  [batch, seq]
         a_first = first_attention_vector(t, p, batch.first)  # a_i0      [batch, seq, hidden]
@@ -67,13 +56,14 @@ class Sink(MeasureGroup):
         # a token with nothing else to attend to draws everything from position 0 (itself)
         return out.masked_fill(batch.no_context.unsqueeze(0), 1.0)
 
-    def check(self, t: BlockTensors, p: BlockParams, batch: BatchInfo) -> list[Residual]:
+    def check(self, exact: BlockChain, batch: BatchInfo) -> list[Residual]:
         import torch
 
         from mixscope.mixing.block_tensors import per_head_transformed
         from mixscope.mixing.exactness import relative_error
         from mixscope.mixing.ratios import first_attention_vector
 
+        t, p = exact.t, exact.p
         alpha = t.full_alpha().clone()  # [batch, heads, seq, seq]
         rows = torch.arange(alpha.shape[0], device=alpha.device)
         alpha[rows, :, :, batch.first] = 0.0  # the other sources only

@@ -1,0 +1,242 @@
+"""The block's algebra, in one place: per-token parts propagated through the block's chain.
+
+docs/method.md §1, §5, §6. A block is a chain per half, attention then feed-forward:
+
+    branch → optional norm inside the branch → residual add → optional norm the next stage reads
+
+Every vector along it is, per token i, a sum of parts by source: the token's *own* part,
+the *context* (the sum over the other tokens j ≠ i) and a *bias* part that belongs to no
+token (b_O, a norm's β, the FF's biases). Each step is linear in the parts given the real
+per-token scalars it holds fixed (a norm's s(v_i) of its real input), so three parts per
+token carry every scope, never a per-pair tensor. This module applies the steps; the
+adapter says which steps a family has (norm positions and kinds, γ offsets: engine.py
+builds them into :class:`~mixscope.mixing.block_tensors.BlockParams`). Groups read the
+named scopes of :class:`BlockChain` and re-derive nothing:
+
+- ``attn``: the attention branch, a_ij = Σ_h α^h_ij f^h(x_j) (own a_ii, bias b_O);
+- ``attnres``: what the residual sums: the branch after the norm inside it (Gemma, OLMo-2:
+  ``post_attention_layernorm``; none elsewhere) plus δ_ij x_i;
+- ``norm_input``: ``attnres`` plus δ_ij m_i, a parallel residual's MLP output (the token's
+  own): the real input z of the norm that follows;
+- ``attnresln``: what the next stage reads, ``norm_input`` through that norm (BERT's LN1;
+  Llama's and Gemma's FF input norm; the next block's input norm with a parallel residual),
+  or ``norm_input`` itself where none stands (OLMo-2);
+- ``ff_input`` and ``ff_stream``: what the FF reads and the stream its residual adds to;
+  :func:`ff_residual` takes the FF's parts (the ``ff`` group splits them, mixing/ff_parts.py)
+  through the norm inside the FF branch and adds the stream.
+
+A norm's 1/s is carried as a deferred per-token ``scale`` (the ratios do not need it, the
+residual add and the exactness identities apply it), so the hot path costs what the
+groups' own arithmetic did before this module existed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+from mixscope.mixing.block_tensors import (
+    BlockParams,
+    BlockTensors,
+    NormParams,
+    centre,
+    norm_scale,
+)
+from mixscope.mixing.ratios import norm_ratio, self_attention_vector
+
+
+def _norm(v: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.vector_norm(v, dim=-1)
+
+
+def _split(v: torch.Tensor, n: NormParams) -> torch.Tensor:
+    """γ ⊙ centre(v): a norm's split of one part, without its 1/s (new tensor)."""
+    return centre(v, n.norm_kind) * n.gamma
+
+
+@dataclass(frozen=True)
+class Parts:
+    """One per-token vector split by source: ``(own + context + bias) · scale + shift``.
+
+    Shapes ``[..., hidden]`` (``[batch, seq, hidden]`` or flattened ``[tokens, hidden]``);
+    ``bias`` may be ``[hidden]`` while it is the same for every token; ``scale`` is
+    ``[..., 1]`` (a norm's 1/s, deferred) and ``shift`` ``[hidden]`` (a norm's β), None for
+    1 and 0. ``context`` is None where no other token contributes (a parallel residual's
+    FF reads x_i alone)."""
+
+    own: torch.Tensor
+    context: torch.Tensor | None
+    bias: torch.Tensor
+    scale: torch.Tensor | None = None
+    shift: torch.Tensor | None = None
+
+    def ratio(self) -> torch.Tensor:
+        """‖context‖ / (‖context‖ + ‖own‖) per token (the scale cancels): [...]; 0 without
+        context."""
+        n_own = _norm(self.own)
+        if self.context is None:
+            return torch.zeros_like(n_own)
+        return norm_ratio(_norm(self.context), n_own)
+
+    def ratio_after(self, n: NormParams) -> torch.Tensor:
+        """:meth:`ratio` of the parts through the norm ``n`` (its 1/s cancels too)."""
+        if self.context is None:
+            return torch.zeros_like(_norm(self.own))
+        return norm_ratio(_norm(_split(self.context, n)), _norm(_split(self.own, n)))
+
+    def applied(self) -> Parts:
+        """The same vector with scale and shift applied to the parts (bias per token)."""
+        if self.scale is None and self.shift is None:
+            return self
+        own, context, bias, s = self.own, self.context, self.bias, self.scale
+        if s is not None:
+            own, bias = own * s, bias * s
+            context = None if context is None else context * s
+        if self.shift is not None:
+            bias = bias + self.shift
+        return Parts(own, context, bias)
+
+    def total(self) -> torch.Tensor:
+        """The vector itself: every part summed, scaled and shifted: [..., hidden]."""
+        p = self.applied()
+        out = p.own + p.bias
+        return out if p.context is None else out + p.context
+
+    def through_norm(self, n: NormParams | None, s: torch.Tensor) -> Parts:
+        """The distributive split of ``N(v) = γ ⊙ centre(v) / s + β`` with ``s`` [..., 1]
+        the real input's (held fixed): each part γ ⊙ centre(part), 1/s deferred, β the
+        shift. ``n`` None: no norm stands here, the identity."""
+        if n is None:
+            return self
+        p = self.applied()
+        context = None if p.context is None else _split(p.context, n)
+        return Parts(_split(p.own, n), context, _split(p.bias, n), s.reciprocal(), n.beta)
+
+    def plus_own(self, v: torch.Tensor) -> Parts:
+        """The residual add of the token's own vector ``v`` [..., hidden] (x_i; m_i)."""
+        p = self.applied()
+        return Parts(p.own + v, p.context, p.bias)
+
+    def plus(self, other: Parts) -> Parts:
+        """The sum of two split vectors (a residual stream and a branch's output)."""
+        a, b = self.applied(), other.applied()
+        if a.context is None or b.context is None:
+            context = a.context if b.context is None else b.context
+        else:
+            context = a.context + b.context
+        return Parts(a.own + b.own, context, a.bias + b.bias)
+
+    def rows(self, start: int, stop: int) -> Parts:
+        """Tokens ``start:stop`` of the flattened parts ([tokens, ·] each)."""
+
+        def cut(v: torch.Tensor | None, per_token: bool = True) -> torch.Tensor | None:
+            if v is None or (not per_token and v.dim() == 1):
+                return v
+            return v.reshape(-1, v.shape[-1])[start:stop]
+
+        context = cut(self.context)
+        return Parts(
+            cut(self.own),  # type: ignore[arg-type]
+            context,
+            cut(self.bias, per_token=False),  # type: ignore[arg-type]
+            cut(self.scale),
+            self.shift,
+        )
+
+
+class BlockChain:
+    """One block's scopes, each computed once on first use and shared by the block's
+    groups (:class:`Parts`).
+
+    ``attn_sum``: Σ_j a_ij rebuilt from the full α and the per-head vectors, for the
+    exactness identities (mixing/exactness.py); by default the model's own output
+    projection minus b_O, which costs nothing.
+    """
+
+    def __init__(
+        self, t: BlockTensors, p: BlockParams, attn_sum: torch.Tensor | None = None
+    ) -> None:
+        self.t, self.p = t, p
+        self._attn_sum = attn_sum
+
+    @cached_property
+    def a_self(self) -> torch.Tensor:
+        """a_ii = Σ_h α^h_ii f^h(x_i): [batch, seq, hidden]."""
+        return self_attention_vector(self.t, self.p)
+
+    @cached_property
+    def attn(self) -> Parts:
+        """The attention branch: own a_ii, context Σ_{j≠i} a_ij, bias b_O."""
+        summed = self._attn_sum if self._attn_sum is not None else self.t.attn_out - self.p.b_out
+        return Parts(self.a_self, summed - self.a_self, self.p.b_out)
+
+    @cached_property
+    def branch(self) -> Parts:
+        """The attention branch after the norm inside it (s of the real branch output);
+        the branch itself where none stands."""
+        n = self.p.attn_branch_norm
+        if n is None:
+            return self.attn
+        return self.attn.through_norm(n, norm_scale(self.t.attn_out, n))
+
+    @cached_property
+    def attnres(self) -> Parts:
+        """What the residual sums: the branch plus δ_ij x_i."""
+        return self.branch.plus_own(self.t.x)
+
+    @cached_property
+    def norm_input(self) -> Parts:
+        """The real input z of the norm that follows: ``attnres`` (+ δ_ij m_i)."""
+        return self.attnres if self.t.extra is None else self.attnres.plus_own(self.t.extra)
+
+    @cached_property
+    def attnresln(self) -> Parts:
+        """What the next stage reads: the norm after the residual sum applied to its
+        parts (s of the real z), or ``norm_input`` where no norm stands there."""
+        n = self.p.norm
+        return self.norm_input if n is None else self.norm_input.through_norm(n, self.s_norm)
+
+    @cached_property
+    def s_norm(self) -> torch.Tensor:
+        """s(z_i) of the norm after the residual sum: [batch, seq, 1]."""
+        assert self.p.norm is not None
+        return norm_scale(self.t.z, self.p.norm)
+
+    # -- the feed-forward half ------------------------------------------------------------
+
+    @cached_property
+    def ff_input(self) -> Parts:
+        """What the FF reads, split: ``attnresln`` (a post-LN block's LN1 output; a pre-LN
+        one's FF input norm; the residual sum h itself where no norm stands); with a
+        parallel residual N_in(x_i), the token's own alone (and β_in)."""
+        ff = self.p.ff
+        assert ff is not None
+        if ff.placement != "parallel":
+            return self.attnresln
+        n = ff.input_norm
+        assert n is not None
+        x = self.t.x
+        zeros = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device)
+        return Parts(x, None, zeros).through_norm(n, norm_scale(x, n))
+
+    @cached_property
+    def ff_stream(self) -> Parts:
+        """The stream the FF's residual adds to: the FF input itself after a post-LN
+        block's LN1, else the attention half's residual sum (``attnres``: x + branch)."""
+        ff = self.p.ff
+        assert ff is not None
+        return self.attnresln if ff.placement == "post" else self.attnres
+
+
+def ff_residual(p: BlockParams, stream: Parts, ff: Parts, ff_out: torch.Tensor) -> Parts:
+    """``ffres`` of some tokens: the FF's parts through the norm inside the FF branch (s
+    of the real FF output ``ff_out``; none in most families), plus the residual
+    ``stream`` (the same tokens of :attr:`BlockChain.ff_stream`). The norm after it is
+    ``p.ff_norm`` (the identity where None): :meth:`Parts.ratio_after` for a ratio,
+    :meth:`Parts.through_norm` with its real input's s for the exact vector."""
+    n = p.ff_branch_norm
+    if n is not None:
+        ff = ff.through_norm(n, norm_scale(ff_out, n))
+    return stream.plus(ff)
