@@ -88,6 +88,34 @@ LAYOUTS = {
     "llama": _LLAMA,
     "mistral": {**_LLAMA, "window": "sliding_window"},
     "qwen2": _LLAMA,
+    # per-head RMSNorms on queries and keys, before the rotary embedding
+    "qwen3": {**_LLAMA, "qk_norm": "head"},
+    # sandwich norms: the attention's and the FF's outputs normed inside their branches,
+    # the FF reads its own input norm; RMSNorm scales by 1 + weight; embeddings times √d;
+    # scores scaled by query_pre_attn_scalar^-½; windows and rotary bases per layer type
+    "gemma3_text": {
+        **_LLAMA,
+        "ln2": "pre_feedforward_layernorm",
+        "attn_post": "post_attention_layernorm",
+        "ff_post": "post_feedforward_layernorm",
+        "eps": "eps",
+        "gamma_offset": 1.0,
+        "qk_norm": "head",
+        "act": "hidden_activation",
+        "embed_scale": True,
+        "query_scalar": "query_pre_attn_scalar",
+        "window": "sliding_window",
+    },
+    # no input norms: attention and FF read the stream raw, their outputs normed inside the
+    # branches; q/k RMSNorms over the whole projection (all heads at once)
+    "olmo2": {
+        **_LLAMA,
+        "ln1": None,
+        "ln2": None,
+        "attn_post": "post_attention_layernorm",
+        "ff_post": "post_feedforward_layernorm",
+        "qk_norm": "full",
+    },
     "opt": {
         "layers": "decoder.layers",
         "embed": "decoder.embed_tokens",
@@ -124,9 +152,19 @@ def _act(name: str, x: np.ndarray) -> np.ndarray:
         return torch.nn.functional.gelu(t).numpy()
     if name == "silu":
         return torch.nn.functional.silu(t).numpy()
+    if name == "gelu_pytorch_tanh":
+        return torch.nn.functional.gelu(t, approximate="tanh").numpy()
     if name == "relu":
         return np.maximum(x, 0.0)
     raise ValueError(f"activation {name!r} not in the reference")
+
+
+def _whole(t: np.ndarray, norm: Norm) -> np.ndarray:
+    """``norm`` over all heads of t [heads, n, dh] at once (OLMo-2's q/k norms)."""
+    heads, n, dh = t.shape
+    return (
+        norm(t.transpose(1, 0, 2).reshape(n, heads * dh)).reshape(n, heads, dh).transpose(1, 0, 2)
+    )
 
 
 @dataclass
@@ -151,10 +189,11 @@ class Norm:
 
 @dataclass
 class Layer:
-    """One block's weights in float64, row-vector convention (y = x W + b), per head."""
+    """One block's weights in float64, row-vector convention (y = x W + b), per head.
+    A norm the family does not have at that place is None."""
 
-    ln1: Norm
-    ln2: Norm
+    ln1: Norm | None  # the attention's input norm
+    ln2: Norm | None  # the norm after the attention's residual sum (the FF's input norm)
     wq: np.ndarray  # [H, d, dh]
     bq: np.ndarray  # [H, dh]
     wk: np.ndarray  # [KV, d, dh]
@@ -166,6 +205,12 @@ class Layer:
     mlp: list  # [(W [in, out], b [out])...]
     mlp_kind: str
     act: str
+    q_norm: Norm | None = None  # on queries (per head, or the whole projection)
+    k_norm: Norm | None = None
+    attn_post: Norm | None = None  # inside the attention branch, before the residual add
+    ff_post: Norm | None = None  # inside the FF branch, before the residual add
+    window: int | None = None  # this layer's sliding window
+    rope_theta: float | None = None  # this layer's rotary base, where it has its own
 
 
 class Reference:
@@ -185,6 +230,7 @@ class Reference:
         self.pre_ln = bool(getattr(cfg, lay.get("pre_ln", ""), True))
         self.window = getattr(cfg, lay["window"], None) if "window" in lay else None
         self.blocks = list(model.get_submodule(lay["layers"]))
+        self._seen: list = []
         self.layers = [self._layer(b) for b in self.blocks]
         final = self._module(model, lay["final"])
         self.final = self._norm(final) if final is not None else None
@@ -203,9 +249,10 @@ class Reference:
         w = getattr(mod, "weight", None)
         b = getattr(mod, "bias", None)
         eps = getattr(mod, self.lay["eps"])
+        width = w.shape[0] if w is not None else d
         return Norm(
-            gamma=_np(w) if w is not None else np.ones(d),
-            beta=_np(b) if b is not None else np.zeros(d),
+            gamma=_np(w) + self.lay.get("gamma_offset", 0.0) if w is not None else np.ones(width),
+            beta=_np(b) if b is not None else np.zeros(width),
             eps=float(eps),
             kind=self.lay["norm"],
         )
@@ -241,9 +288,14 @@ class Reference:
         wv, bv = heads(wv, bv, KV)
         wo, bo = self._linear(block.get_submodule(lay["o"]))  # [H·dh, d]
         mlp = [self._linear(block.get_submodule(p)) for p in lay["mlp_paths"]]
+        norm = lambda key: self._norm(block.get_submodule(lay[key])) if lay.get(key) else None  # noqa: E731
+        qk = lay.get("qk_norm")
+        layer_type = (getattr(self.cfg, "layer_types", None) or [None] * 999)[len(self._seen)]
+        self._seen.append(block)
+        rope = getattr(self.cfg, "rope_parameters", None) or {}
         return Layer(
-            ln1=self._norm(block.get_submodule(lay["ln1"])),
-            ln2=self._norm(block.get_submodule(lay["ln2"])),
+            ln1=norm("ln1"),
+            ln2=norm("ln2"),
             wq=wq,
             bq=bq,
             wk=wk,
@@ -255,6 +307,12 @@ class Reference:
             mlp=mlp,
             mlp_kind=lay["mlp"],
             act=getattr(self.cfg, lay["act"]),
+            q_norm=self._norm(block.get_submodule("self_attn.q_norm")) if qk else None,
+            k_norm=self._norm(block.get_submodule("self_attn.k_norm")) if qk else None,
+            attn_post=norm("attn_post"),
+            ff_post=norm("ff_post"),
+            window=self.window if layer_type in (None, "sliding_attention") else None,
+            rope_theta=rope[layer_type]["rope_theta"] if layer_type in rope else None,
         )
 
     # ---------------------------------------------------------------- forward pieces
@@ -268,12 +326,15 @@ class Reference:
         if "positions" in lay:
             table = _np(self.model.get_submodule(lay["positions"]).weight)
             x = x + table[np.arange(len(ids)) + lay.get("position_offset", 0)]
+        if lay.get("embed_scale"):  # Gemma: embeddings times √hidden
+            x = x * np.sqrt(self.d)
         return x
 
-    def _rotary(self, t: np.ndarray) -> np.ndarray:
+    def _rotary(self, t: np.ndarray, theta: float | None = None) -> np.ndarray:
         """Rotary embedding (rotate-half convention) of t [heads, n, dh] at positions 0..n-1."""
         rope = getattr(self.cfg, "rope_parameters", None) or {}
-        theta = float(rope.get("rope_theta", getattr(self.cfg, "rope_theta", 10000.0)))
+        if theta is None:
+            theta = float(rope.get("rope_theta", getattr(self.cfg, "rope_theta", 10000.0)))
         partial = float(rope.get("partial_rotary_factor", 1.0))
         rot = int(self.dh * partial)
         n = t.shape[1]
@@ -292,14 +353,21 @@ class Reference:
         group = self.H // self.KV
         q = np.einsum("nd,hde->hne", h_in, L.wq) + L.bq[:, None, :]  # [H, n, dh]
         k = np.einsum("nd,gde->gne", h_in, L.wk) + L.bk[:, None, :]  # [KV, n, dh]
+        if self.lay.get("qk_norm") == "head":  # over each head's dh
+            q, k = L.q_norm(q), L.k_norm(k)
+        elif self.lay.get("qk_norm") == "full":  # over the whole projection, heads at once
+            q, k = _whole(q, L.q_norm), _whole(k, L.k_norm)
         if self.lay["rotary"]:
-            q, k = self._rotary(q), self._rotary(k)
+            q, k = self._rotary(q, L.rope_theta), self._rotary(k, L.rope_theta)
         k = np.repeat(k, group, axis=0)  # query head h reads key/value head h // group
-        scores = np.einsum("hie,hje->hij", q, k) / np.sqrt(self.dh)
+        scalar = (
+            getattr(self.cfg, self.lay["query_scalar"]) if "query_scalar" in self.lay else self.dh
+        )
+        scores = np.einsum("hie,hje->hij", q, k) / np.sqrt(scalar)
         i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         allowed = j <= i
-        if self.window is not None:
-            allowed &= j > i - self.window
+        if L.window is not None:
+            allowed &= j > i - L.window
         scores = np.where(allowed[None], scores, -np.inf)
         scores = scores - scores.max(axis=-1, keepdims=True)
         e = np.exp(scores)  # exactly 0 where masked
@@ -387,32 +455,47 @@ def reference(
     for li, L in enumerate(ref.layers):
         if layer_inputs is not None:
             x = np.asarray(layer_inputs[li], dtype=np.float64)
-        h = L.ln1(x) if ref.pre_ln else x
+        h = L.ln1(x) if ref.pre_ln and L.ln1 is not None else x
         alpha = ref.attention_weights(L, h)  # [H, n, n]
         group = ref.H // ref.KV
         v = np.einsum("nd,gde->gne", h, L.wv) + L.bv[:, None, :]  # [KV, n, dh], b_V inside f
         v = np.repeat(v, group, axis=0)  # [H, n, dh]
         f = np.einsum("hje,hed->hjd", v, L.wo)  # f^h(x_j) [H, n, d]
         a = np.einsum("hij,hjd->ijd", alpha, f)  # [n, n, d]
-        r = a + eye * x[None, :, :]
-        attn = a.sum(axis=1) + L.bo  # attention output [n, d]
+        attn = a.sum(axis=1) + L.bo  # the attention branch's output [n, d]
+        if L.attn_post is not None:  # a norm inside the branch, with its real s(o_i)
+            post = L.attn_post
+            s_post = post.scale(attn)  # [n, 1]
+            a_res = post.gamma * post.centre(a) / s_post[:, :, None]  # ã_ij
+            bias = post.gamma * post.centre(L.bo) / s_post + post.beta  # [n, d]
+            branch = post(attn)
+        else:
+            a_res, bias, branch = a, np.broadcast_to(L.bo, (n, d)), attn
+        r = a_res + eye * x[None, :, :]
         m = np.zeros((n, d))
         if ref.parallel:
             m = ref.mlp(L, L.ln2(x))
-            z = x + attn + m
+            z = x + branch + m
             norm = ref.layers[li + 1].ln1 if li + 1 < len(ref.layers) else ref.final
         else:
-            z = x + attn
-            norm = L.ln2 if ref.pre_ln else L.ln1
+            z = x + branch
+            norm = L.ln2 if ref.pre_ln else L.ln1  # None: the FF reads z raw (OLMo-2)
         own = m if mlp_in_self else np.zeros((n, d))
-        s = norm.scale(z)  # [n, 1]
-        F = norm.gamma * norm.centre(r + eye * own[None, :, :]) / s[:, :, None]
-        rebuilt = F.sum(axis=1) + norm.gamma * norm.centre(L.bo) / s + norm.beta
-        y = norm(z)
+        if norm is None:
+            s = np.ones((n, 1))
+            F = r + eye * own[None, :, :]
+            rebuilt = F.sum(axis=1) + bias
+            y = z
+        else:
+            s = norm.scale(z)  # [n, 1]
+            F = norm.gamma * norm.centre(r + eye * own[None, :, :]) / s[:, :, None]
+            rebuilt = F.sum(axis=1) + norm.gamma * norm.centre(bias) / s + norm.beta
+            y = norm(z)
         if ref.parallel:
             x_next = z
         elif ref.pre_ln:
-            x_next = z + ref.mlp(L, y)
+            ff_out = ref.mlp(L, y)
+            x_next = z + (L.ff_post(ff_out) if L.ff_post is not None else ff_out)
         else:  # post-LN (OPT-350m): LN1 after attention, LN2 after the MLP
             x_next = L.ln2(y + ref.mlp(L, y))
         attn_w = 1.0 - np.array([alpha[:, i, i].mean() for i in range(n)])
@@ -424,7 +507,7 @@ def reference(
             "attnresln_n": _ratio(F),
             **_sink(alpha, a),
         }
-        measures.update(_ff(ref, li, L, x, F, r, s, norm))
+        measures.update(_ff(ref, li, L, x, F, r, s, norm, bias))
         if not ref.pre_ln:  # post-LN (OPT-350m): GlobEnc carries F through LN2
             s2 = L.ln2.scale(y + ref.mlp(L, y))  # [n, 1] the real LN2 input's
             measures["globenc_n"] = _ratio(L.ln2.gamma * L.ln2.centre(F) / s2[:, :, None])
@@ -438,28 +521,30 @@ def reference(
     return SequenceReference(out, x)
 
 
-def _ff(ref: Reference, li: int, L: Layer, x, F, r, s, norm: Norm) -> dict[str, np.ndarray]:
+def _ff(ref: Reference, li: int, L: Layer, x, F, r, s, norm, bias) -> dict[str, np.ndarray]:
     """The ``ff`` group of one block (tests/reference_ff.py): the FF input's parts and the
-    residual's, by placement, and the norm after the FF's residual sum."""
+    residual's, by placement, the norm inside the FF branch, and the norm after the FF's
+    residual sum (``bias``: the residual sum's bias part, [n, d])."""
     n, d = x.shape
-    act = "gelu_new" if L.act == "gelu_new" else L.act
-    bias_o = np.broadcast_to(L.bo, (n, d))
+    act = "gelu_new" if L.act in ("gelu_new", "gelu_pytorch_tanh") else L.act
+    bias = np.broadcast_to(bias, (n, d))
     following = ref.layers[li + 1].ln1 if li + 1 < len(ref.layers) else ref.final
     if ref.parallel:  # the FF reads LN2(x_i): its own part, and β₂
         own = L.ln2.gamma * L.ln2.centre(x) / L.ln2.scale(x)
         y_parts = np.eye(n)[:, :, None] * own[None, :, :]
         y_bias = np.broadcast_to(L.ln2.beta, (n, d))
-        res_parts, res_bias = r, bias_o
-    else:  # the FF reads the block's norm output: F_i(x_j) and its bias part
+        res_parts, res_bias = r, bias
+    else:  # the FF reads the block's norm output (the sum itself where none): F_i(x_j)
         y_parts = F
-        y_bias = norm.gamma * norm.centre(L.bo) / s + norm.beta
+        y_bias = bias if norm is None else norm.gamma * norm.centre(bias) / s + norm.beta
         if ref.pre_ln:
-            res_parts, res_bias = r, bias_o
+            res_parts, res_bias = r, bias
         else:  # post-LN (OPT-350m): the residual carries the LN1 output, LN2 follows
             res_parts, res_bias, following = F, y_bias, L.ln2
-    mlp = L.mlp
+    gamma = None if following is None else following.gamma  # None: no norm (OLMo-2)
+    centred = following is not None and following.kind != "rms"
     out = ff_measures(
-        y_parts, y_bias, res_parts, res_bias, mlp, act, following.gamma, following.kind != "rms"
+        y_parts, y_bias, res_parts, res_bias, L.mlp, act, gamma, centred, branch=L.ff_post
     )
     return {k: v for k, v in out.items() if not k.startswith("_")}
 
@@ -479,11 +564,14 @@ def capture(model, input_ids) -> Captured:
     """Run the real model once (eager attention) and record the tensors the reference rebuilds."""
     ref = Reference(model)
     lay = ref.lay
+    identity = False  # no norm after the sum (OLMo-2): the MLP reads z, which is also y
     if ref.parallel:
         norms = [b.get_submodule(lay["ln1"]) for b in ref.blocks[1:]]
         norms.append(model.get_submodule(lay["final"]))
     else:
-        norms = [b.get_submodule(lay["ln2"] if ref.pre_ln else lay["ln1"]) for b in ref.blocks]
+        path = lay["ln2" if ref.pre_ln else "ln1"]
+        identity = path is None
+        norms = [b.get_submodule(path or "mlp") for b in ref.blocks]
     L = len(ref.blocks)
     xs: list = [None] * L
     zs: list = [None] * L
@@ -497,7 +585,7 @@ def capture(model, input_ids) -> Captured:
         def post(_m, inp, out, idx=idx):
             n = xs[idx].shape[0]
             zs[idx] = _np(inp[0].reshape(n, -1))
-            ys[idx] = _np(out.reshape(n, -1))
+            ys[idx] = _np((inp[0] if identity else out).reshape(n, -1))
 
         handles.append(block.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(norm.register_forward_hook(post))

@@ -72,9 +72,10 @@ def ff_measures(
     res_bias: np.ndarray,
     mlp: list[tuple[np.ndarray, np.ndarray]],
     act: str,
-    norm_gamma: np.ndarray,
+    norm_gamma: np.ndarray | None,
     norm_centre: bool,
     *,
+    branch=None,
     steps: int = STEPS,
 ) -> dict[str, np.ndarray]:
     """ff_n, ffres_n, ffresln_n of every token, and the rebuilt FF output and stream.
@@ -83,7 +84,9 @@ def ff_measures(
     its bias part. ``res_parts`` / ``res_bias``: what the residual around the FF carries.
     ``mlp``: [(W₁ [d, f], b₁), (W₂ [f, d], b₂)] or, gated, [(W_g, b_g), (W_u, b_u),
     (W_down, b_down)], row convention. ``norm_gamma``/``norm_centre``: the norm after the
-    FF's residual (its shared scale cancels in the ratio).
+    FF's residual (its shared scale cancels in the ratio; None: no norm stands there).
+    ``branch``: a norm inside the FF branch (Gemma, OLMo-2), with ``gamma``, ``beta``,
+    ``centre(v)`` and ``scale(v)``: the FF's parts through it, with the real output's scale.
     """
     gated = len(mlp) == 3
     ins, (w_out, b_out) = mlp[:-1], mlp[-1]
@@ -105,10 +108,18 @@ def ff_measures(
     ff_real = real @ w_out + b_out
     scale = max(1.0, float(np.abs(ff_real).max()))
     assert np.abs(ff.sum(axis=1) + ff_bias - ff_real).max() <= 1e-9 * scale, "not converged"
+    ff_n = _ratio(ff)  # on the raw FF parts (docs/method.md §6), before any branch norm
+    if branch is not None:  # γ ⊙ centre(FF_ij) / s(FF_i), the real output's s held fixed
+        s_ff = branch.scale(ff_real)  # [n, 1]
+        ff = branch.gamma * branch.centre(ff) / s_ff[:, :, None]
+        ff_bias = branch.gamma * branch.centre(ff_bias) / s_ff + branch.beta
     P = ff + res_parts  # [n, n, d]
-    N = norm_gamma * (P - P.mean(axis=2, keepdims=True) if norm_centre else P)
+    if norm_gamma is None:
+        N = P
+    else:
+        N = norm_gamma * (P - P.mean(axis=2, keepdims=True) if norm_centre else P)
     return {
-        "ff_n": _ratio(ff),
+        "ff_n": ff_n,
         "ffres_n": _ratio(P),
         "ffresln_n": _ratio(N),
         "_ff_out": ff_real,  # FF(y), for the caller's own consistency checks

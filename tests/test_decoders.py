@@ -1,5 +1,5 @@
-"""Pre-LN decoders (GPT-2, GPT-NeoX/Pythia, Llama/Mistral/Qwen2, OPT) against the float64
-brute-force reference of tests/reference_decoder.py.
+"""Pre-LN decoders (GPT-2, GPT-NeoX/Pythia, Llama/Mistral/Qwen2/Qwen3, OPT, Gemma-3,
+OLMo-2) against the float64 brute-force reference of tests/reference_decoder.py.
 
 Every family's tiny random model (all parameters redrawn, biases non-zero where the family
 has them, norm gains away from 1), GPT-NeoX with and without the parallel residual, Llama
@@ -35,6 +35,10 @@ TEXTS = [
 # how closely the float64 model matches an exact float64 forward: transformers computes the
 # softmax, rotary tables and LlamaRMSNorm in float32 for every family here but GPT-2
 SELF_CHECK_TOL = {"gpt2": 1e-12}
+# Gemma computes each of its six RMSNorms per layer (q/k norms and the sandwich) in float32
+# even in a float64 model, and scales the embeddings: the own forward drifts further over
+# its three layers (1.4e-5 seen at the third)
+SELF_CHECK_TOL["gemma3"] = 5e-5
 SIDES = ("right", "left")
 
 OBSERVED: dict[str, float] = {}
@@ -264,6 +268,54 @@ def test_verify_catches_a_wrong_value_slice(tiny):
     ids = torch.tensor([_ids(tok, TEXTS[0])])
     with pytest.raises((ExactnessError, RuntimeError)):
         engine.run(ids, torch.ones_like(ids))
+
+
+@pytest.mark.parametrize(
+    ("family", "wrong"),
+    [
+        # the obvious shortcut: post_attention_layernorm read as the FF's input norm, as in
+        # Llama, while Gemma's sits inside the attention branch (and scales by 1 + w)
+        ("gemma3", dict(norm_after="post_attention_layernorm", attn_branch_norm=None)),
+        # Gemma's 1 + w dropped: every norm scales by w alone
+        ("gemma3", dict(gamma_offset=0.0)),
+        # OLMo-2 read as Llama: its branch norm taken for a norm after the residual sum
+        ("olmo2", dict(norm_after="post_attention_layernorm", attn_branch_norm=None)),
+        # OLMo-2 without its branch norm: the residual sums the raw attention output
+        ("olmo2", dict(attn_branch_norm=None)),
+    ],
+)
+def test_verify_catches_a_misread_block_layout(tiny, family, wrong):
+    """Negative controls of the chain's steps: a norm at the wrong place, or a γ offset
+    dropped, fails the exactness identity (``pytest -s`` shows the message)."""
+    import dataclasses
+
+    from mixscope.errors import ExactnessError
+
+    model, tok = tiny(family, torch.float64)
+    loaded = load((model, tok))
+    misread = dataclasses.replace(loaded.adapter, **wrong)
+    engine = MixingEngine(dataclasses.replace(loaded, adapter=misread), verify=True)
+    ids = torch.tensor([_ids(tok, TEXTS[1])])
+    with pytest.raises(ExactnessError, match="exactness identity fails") as err:
+        engine.run(ids, torch.ones_like(ids))
+    print(family, wrong, err.value)
+
+
+def test_sandwich_and_missing_norms_are_chain_steps(tiny):
+    """Gemma-3 and OLMo-2 are adapter data: the chain's steps, not branches on a family."""
+    gemma = MixingEngine(load(tiny("gemma3", torch.float32)), measures="all")
+    olmo = MixingEngine(load(tiny("olmo2", torch.float32)), measures="all")
+    for engine in (gemma, olmo):
+        assert all(p.attn_branch_norm is not None for p in engine.params)
+        assert all(p.ff_branch_norm is not None for p in engine.params)
+    assert all(p.norm is not None for p in gemma.params)  # pre_feedforward_layernorm
+    assert all(p.norm is None for p in olmo.params)  # the FF reads the sum raw
+    # after the FF: Gemma's next input norm (the final norm last); OLMo-2's none but last
+    assert all(p.ff_norm is not None for p in gemma.params)
+    assert [p.ff_norm is None for p in olmo.params] == [True, False]
+    # γ = 1 + w for Gemma's norms
+    w = gemma.blocks[0].post_attention_layernorm.weight.detach()
+    assert torch.allclose(gemma.params[0].attn_branch_norm.gamma, 1 + w)
 
 
 # ---------------------------------------------------------------- adapters as data

@@ -349,3 +349,21 @@ def test_spec_attention_option_is_validated():
         load_spec(None, {**base, "analysis.attention": "fast", "runtime.verify": True})
     with pytest.raises(MixscopeError, match=r"runtime\.batch_tokens"):
         load_spec(None, {**base, "runtime.batch_tokens": 0})
+
+
+@pytest.mark.parametrize("argument", ["s_aux", "softcap", "position_bias", "head_mask"])
+def test_an_attention_argument_it_does_not_implement_is_refused(argument):
+    """gpt-oss's learned sinks (``s_aux``), Gemma-2's soft-capping and the like change the
+    attention: the fast path refuses them in one line instead of silently dropping them."""
+    from mixscope.errors import MixscopeError
+    from mixscope.mixing.fast_attention import mixscope_attention_forward
+
+    q = torch.randn(1, 2, 5, 4)
+    with pytest.raises(MixscopeError, match=f"'{argument}'") as err:
+        mixscope_attention_forward(torch.nn.Linear(1, 1), q, q, q, None, **{argument: 1.0})
+    assert "\n" not in str(err.value) and "attention='eager'" in str(err.value)
+    # what it reads elsewhere (positions, the window in the mask, cache flags) is accepted
+    out, weights = mixscope_attention_forward(
+        torch.nn.Linear(1, 1), q, q, q, None, position_ids=None, sliding_window=3, use_cache=False
+    )
+    assert out.shape == (1, 5, 2, 4) and weights.own.shape == (1, 2, 5)

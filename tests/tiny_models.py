@@ -33,6 +33,10 @@ DECODER_FAMILIES = (
     "qwen2",  # grouped-query, q/k/v biases only
     "opt",  # learned positions, pre-LN (do_layer_norm_before=True)
     "opt-post",  # OPT-350m style: post-LN (do_layer_norm_before=False), projected embeddings
+    "qwen3",  # per-head q/k RMSNorms, grouped-query
+    "gemma3",  # sandwich norms (a norm inside each branch), γ = 1 + w, q/k norms,
+    #            query_pre_attn_scalar, a sliding and a global layer
+    "olmo2",  # no input norms, a norm inside each branch, q/k norms over whole projections
 )
 
 
@@ -53,12 +57,15 @@ def tokenizer():
 
 def _decoder_config(family: str):
     from transformers import (
+        Gemma3TextConfig,
         GPT2Config,
         GPTNeoXConfig,
         LlamaConfig,
         MistralConfig,
+        Olmo2Config,
         OPTConfig,
         Qwen2Config,
+        Qwen3Config,
     )
 
     # the MiniLM tokenizer: [CLS] = 101 starts, [SEP] = 102 ends, [PAD] = 0
@@ -111,6 +118,19 @@ def _decoder_config(family: str):
         return MistralConfig(**llama_like, num_key_value_heads=2, sliding_window=6)
     if family == "qwen2":
         return Qwen2Config(**llama_like, num_key_value_heads=2)
+    if family == "qwen3":
+        return Qwen3Config(**llama_like, num_key_value_heads=2, head_dim=8)
+    if family == "gemma3":
+        return Gemma3TextConfig(
+            **{**llama_like, "num_hidden_layers": 3},
+            num_key_value_heads=2,
+            head_dim=8,
+            query_pre_attn_scalar=12,
+            sliding_window=5,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        )
+    if family == "olmo2":
+        return Olmo2Config(**llama_like, num_key_value_heads=2)
     if family in ("opt", "opt-post"):
         return OPTConfig(
             **ids,

@@ -26,7 +26,8 @@ Points (``POINTS``):
 - ``ff_out``: the feed-forward's output ``FF(y)``;
 - ``ff_norm``: the norm after the feed-forward's residual sum (LN2 of a post-LN block; the
   next block's input norm, or the final norm, of a pre-LN one: its hook fires in the next
-  block or after the last, and the block finishes then).
+  block or after the last, and the block finishes then); where none stands (OLMo-2
+  between blocks), the block's own output, read as the identity's input and output.
 """
 
 from __future__ import annotations
@@ -99,12 +100,14 @@ class Capture:
             "values": Point(lambda _e, i: blocks[i].get_submodule(a.value), False),
             "attention": Point(lambda _e, i: blocks[i].get_submodule(a.attention), False),
             "attn_out": Point(lambda _e, i: blocks[i].get_submodule(a.out_proj), False),
-            "attn_norm": Point(lambda e, i: e.norms[i], False),
+            # where no norm stands (OLMo-2) the module that reads the sum: before it runs
+            "attn_norm": Point(lambda e, i: e.norms[i], pre=engine.norm_is_identity),
             "parallel_mlp": Point(lambda _e, i: blocks[i].get_submodule(a.mlp), False),
             "ff_in": Point(lambda _e, i: blocks[i].get_submodule(a.ff_in), False),
             "ff_up": Point(lambda _e, i: blocks[i].get_submodule(a.ff_up), False),
             "ff_out": Point(lambda _e, i: blocks[i].get_submodule(a.ff_out), False),
-            "ff_norm": Point(lambda e, i: e.ff_norms[i], False),
+            # where no norm follows the FF's residual sum (OLMo-2), the block's own output
+            "ff_norm": Point(lambda e, i: e.ff_norms[i] or blocks[i], False),
         }
         unknown = needs - set(self.points)
         if unknown:
@@ -134,8 +137,12 @@ class Capture:
         elif name == "parallel_mlp":
             store["extra"] = out.to(sd)
         elif name == "ff_norm":
-            store["ff_norm_in"] = args[0].reshape(self._shape(store, out)).to(sd)
-            store["ff_norm_out"] = out.reshape(self._shape(store, out)).to(sd)
+            if e.ff_norms[store["idx"]] is None:  # the block's output: the identity's in = out
+                v = out if isinstance(out, torch.Tensor) else out[0]
+                store["ff_norm_in"] = store["ff_norm_out"] = v.to(sd)
+            else:
+                store["ff_norm_in"] = args[0].reshape(self._shape(store, out)).to(sd)
+                store["ff_norm_out"] = out.reshape(self._shape(store, out)).to(sd)
         elif name in ("ff_in", "ff_up", "ff_out"):  # OPT's FF runs on [batch · seq, ·]
             store[name] = out.reshape(self._shape(store, out)).to(sd)
         return None

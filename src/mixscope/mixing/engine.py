@@ -152,13 +152,14 @@ class MixingEngine:
         """A selected group reads ``point`` (computing, or checking under verify)."""
         return any(point in g.needs | g.verify_needs for g in self.groups)
 
-    def _ff_norms(self) -> list[Any]:
+    def _ff_norms(self) -> list[Any | None]:
         """The norm after each block's feed-forward residual sum: LN2 of a post-LN block,
-        the next block's input norm (the final norm after the last) of a pre-LN one."""
+        the next block's input norm (the final norm after the last) of a pre-LN one; None
+        where no norm stands there (OLMo-2 between blocks: the identity)."""
         a = self.loaded.adapter
         if a.ff_norm is not None:
             return [b.get_submodule(a.ff_norm) for b in self.blocks]
-        if not (a.next_norm and a.final_norm):
+        if not a.final_norm:
             raise MixscopeError(f"adapter {a.family}: no norm after the feed-forward")
         try:
             final = self.loaded.model.get_submodule(a.final_norm)
@@ -166,7 +167,8 @@ class MixingEngine:
             raise MixscopeError(
                 f"this {a.family} model has no norm after its last block: no ff group"
             ) from None
-        return [b.get_submodule(a.next_norm) for b in self.blocks[1:]] + [final]
+        after = [b.get_submodule(a.next_norm) if a.next_norm else None for b in self.blocks[1:]]
+        return [*after, final]
 
     @property
     def num_layers(self) -> int:

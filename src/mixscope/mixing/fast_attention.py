@@ -271,6 +271,15 @@ def first_weights(
     return _weights_at(query, k0, column, lse, scale)
 
 
+#: keyword arguments of an attention call whose content is already in what the kernel reads:
+#: positions (in q and k), the sliding window (in the mask), the cache flags (no cache is
+#: kept). Any other argument with a value changes the attention (soft-capping, gpt-oss's
+#: learned sinks ``s_aux``, position biases, cross-attention): refused, never dropped
+READ_ELSEWHERE = frozenset(
+    {"position_ids", "sliding_window", "use_cache", "cache_position", "output_attentions"}
+)
+
+
 def mixscope_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,  # [batch, heads, seq, head_dim]
@@ -289,8 +298,12 @@ def mixscope_attention_forward(
     """
     if dropout:
         raise MixscopeError("fast attention runs inference only: attention dropout must be 0")
-    if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
-        raise MixscopeError("fast attention: soft-capping and position biases are unsupported")
+    unknown = sorted(k for k, v in kwargs.items() if k not in READ_ELSEWHERE and v is not None)
+    if unknown:  # soft-capping, learned sinks (s_aux), position biases, cross-attention, …
+        raise MixscopeError(
+            f"fast attention does not implement the attention argument {unknown[0]!r} of "
+            f"{type(module).__name__}: use attention='eager' for this model"
+        )
     if query.shape[1] % key.shape[1]:
         raise MixscopeError("fast attention: key/value heads must divide the query heads")
     if query.shape[2] != key.shape[2]:

@@ -198,7 +198,8 @@ GPT_NEOX = Adapter(
 
 LLAMA = Adapter(
     family="llama",
-    model_types=("llama", "mistral", "qwen2"),
+    # Qwen3's q/k norms change α only, which the attention module's output carries
+    model_types=("llama", "mistral", "qwen2", "qwen3"),
     layers="layers",
     attention="self_attn",
     value="self_attn.v_proj",
@@ -245,7 +246,63 @@ OPT = Adapter(
     **_DECODER,
 )
 
-ADAPTERS: tuple[Adapter, ...] = (BERT, ROBERTA, ELECTRA, DISTILBERT, GPT2, GPT_NEOX, LLAMA, OPT)
+_SWIGLU: dict[str, Any] = dict(
+    layers="layers",
+    attention="self_attn",
+    value="self_attn.v_proj",
+    out_proj="self_attn.o_proj",
+    norm_kind="rms",
+    norm_in_float32=True,  # the RMSNorm casts to float32 (also a float64 model)
+    kv_heads_attr="num_key_value_heads",
+    final_norm="norm",
+    ff_in="mlp.gate_proj",
+    ff_up="mlp.up_proj",
+    ff_act="mlp.act_fn",
+    ff_out="mlp.down_proj",
+    **_DECODER,
+)
+
+# Gemma-3 (text): sandwich norms. The attention's output is normed inside the branch
+# (``post_attention_layernorm``) before the residual add, the FF reads
+# ``pre_feedforward_layernorm`` and its output is normed again (``post_feedforward_layernorm``);
+# every norm scales by 1 + weight; q/k norms and ``query_pre_attn_scalar`` change α only
+GEMMA3 = Adapter(
+    family="gemma3",
+    model_types=("gemma3_text",),
+    norm_after="pre_feedforward_layernorm",
+    attn_branch_norm="post_attention_layernorm",
+    ff_branch_norm="post_feedforward_layernorm",
+    gamma_offset=1.0,
+    next_norm="input_layernorm",
+    **_SWIGLU,
+)
+
+# OLMo-2 and OLMo-3: no input norms; a norm inside each branch (``post_attention_layernorm``,
+# ``post_feedforward_layernorm``), the FF reads the residual sum raw (``mlp``), and only the
+# final norm follows the last block; q/k norms over the whole projections change α only
+OLMO2 = Adapter(
+    family="olmo2",
+    model_types=("olmo2", "olmo3"),
+    norm_after=None,
+    mlp="mlp",
+    attn_branch_norm="post_attention_layernorm",
+    ff_branch_norm="post_feedforward_layernorm",
+    norm_eps_attr="variance_epsilon",
+    **_SWIGLU,
+)
+
+ADAPTERS: tuple[Adapter, ...] = (
+    BERT,
+    ROBERTA,
+    ELECTRA,
+    DISTILBERT,
+    GPT2,
+    GPT_NEOX,
+    LLAMA,
+    OPT,
+    GEMMA3,
+    OLMO2,
+)
 
 
 def supported_model_types() -> list[str]:

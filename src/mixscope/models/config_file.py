@@ -34,6 +34,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {"max_position_embeddings": 2048},
     "mistral": {"max_position_embeddings": 131072},
     "qwen2": {"max_position_embeddings": 32768},
+    "qwen3": {"max_position_embeddings": 32768},
+    "gemma3_text": {"max_position_embeddings": 131072},
+    "olmo2": {"max_position_embeddings": 2048},
+    "olmo3": {"max_position_embeddings": 2048},
     "opt": {"max_position_embeddings": 2048, "do_layer_norm_before": True},
 }
 

@@ -56,7 +56,7 @@ class FeedForward(MeasureGroup):
     def unsupported(self, adapter: Adapter) -> str | None:
         if not (adapter.ff_in and adapter.ff_act and adapter.ff_out):
             return f"the {adapter.family} adapter names no feed-forward modules"
-        if adapter.ff_norm is None and not (adapter.next_norm and adapter.final_norm):
+        if adapter.ff_norm is None and not adapter.final_norm:
             return f"the {adapter.family} adapter names no norm after the feed-forward"
         return None
 
