@@ -106,6 +106,20 @@ LAYOUTS = {
         "query_scalar": "query_pre_attn_scalar",
         "window": "sliding_window",
     },
+    # Gemma-2: Gemma-3's sandwich without q/k norms, scores soft-capped c · tanh(s / c)
+    "gemma2": {
+        **_LLAMA,
+        "ln2": "pre_feedforward_layernorm",
+        "attn_post": "post_attention_layernorm",
+        "ff_post": "post_feedforward_layernorm",
+        "eps": "eps",
+        "gamma_offset": 1.0,
+        "act": "hidden_activation",
+        "embed_scale": True,
+        "query_scalar": "query_pre_attn_scalar",
+        "window": "sliding_window",
+        "softcap": "attn_logit_softcapping",
+    },
     # no input norms: attention and FF read the stream raw, their outputs normed inside the
     # branches; q/k RMSNorms over the whole projection (all heads at once)
     "olmo2": {
@@ -364,6 +378,9 @@ class Reference:
             getattr(self.cfg, self.lay["query_scalar"]) if "query_scalar" in self.lay else self.dh
         )
         scores = np.einsum("hie,hje->hij", q, k) / np.sqrt(scalar)
+        cap = getattr(self.cfg, self.lay["softcap"], None) if "softcap" in self.lay else None
+        if cap is not None:
+            scores = cap * np.tanh(scores / cap)
         i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         allowed = j <= i
         if L.window is not None:

@@ -351,10 +351,13 @@ def test_spec_attention_option_is_validated():
         load_spec(None, {**base, "runtime.batch_tokens": 0})
 
 
-@pytest.mark.parametrize("argument", ["s_aux", "softcap", "position_bias", "head_mask"])
+@pytest.mark.parametrize(
+    "argument", ["s_aux", "position_bias", "head_mask", "encoder_hidden_states"]
+)
 def test_an_attention_argument_it_does_not_implement_is_refused(argument):
-    """gpt-oss's learned sinks (``s_aux``), Gemma-2's soft-capping and the like change the
-    attention: the fast path refuses them in one line instead of silently dropping them."""
+    """gpt-oss's learned sinks (``s_aux``), position biases, cross-attention and the like
+    change the attention: the fast path refuses them in one line instead of silently
+    dropping them."""
     from mixscope.errors import MixscopeError
     from mixscope.mixing.fast_attention import mixscope_attention_forward
 
@@ -367,3 +370,32 @@ def test_an_attention_argument_it_does_not_implement_is_refused(argument):
         torch.nn.Linear(1, 1), q, q, q, None, position_ids=None, sliding_window=3, use_cache=False
     )
     assert out.shape == (1, 5, 2, 4) and weights.own.shape == (1, 2, 5)
+
+
+def test_soft_capped_scores_are_capped_on_the_fast_path(tiny, monkeypatch):
+    """Gemma-2's soft-capping: the fast path's α_ii comes from the capped scores and their
+    log-sum-exp (fast equals eager, tests/test_measure_groups.py); the negative control
+    drops the cap on the fast path only, and the measures move far from eager's."""
+    import mixscope
+    import mixscope.mixing.fast_attention as FA
+
+    model, tok = tiny("gemma2", torch.float64)
+    texts = ["The cat sat on the mat with a hat.", "A longer sentence, to pad the other one."]
+
+    def table(attention):
+        return mixscope.analyze((model, tok), texts, attention=attention, measures="all")
+
+    eager, fast = table("eager"), table("fast")
+    cols = [c for c in eager.column_names if c.endswith(("_n", "_w"))]
+    diff = max(np.abs(fast[c].to_numpy() - eager[c].to_numpy()).max() for c in cols)
+    assert diff <= 1e-6
+    real = FA.mixscope_attention_forward
+
+    def uncapped(*args, **kwargs):
+        kwargs.pop("softcap", None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(FA, "mixscope_attention_forward", uncapped)
+    wrong = table("fast")
+    diff = max(np.abs(wrong[c].to_numpy() - eager[c].to_numpy()).max() for c in cols)
+    assert diff > 1e-2

@@ -37,6 +37,7 @@ DECODER_FAMILIES = (
     "gemma3",  # sandwich norms (a norm inside each branch), γ = 1 + w, q/k norms,
     #            query_pre_attn_scalar, a sliding and a global layer
     "olmo2",  # no input norms, a norm inside each branch, q/k norms over whole projections
+    "gemma2",  # sandwich norms, γ = 1 + w, scores soft-capped (at 2.0: the cap bites)
 )
 
 
@@ -57,6 +58,7 @@ def tokenizer():
 
 def _decoder_config(family: str):
     from transformers import (
+        Gemma2Config,
         Gemma3TextConfig,
         GPT2Config,
         GPTNeoXConfig,
@@ -127,6 +129,16 @@ def _decoder_config(family: str):
             head_dim=8,
             query_pre_attn_scalar=12,
             sliding_window=5,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        )
+    if family == "gemma2":
+        return Gemma2Config(
+            **{**llama_like, "num_hidden_layers": 3},
+            num_key_value_heads=2,
+            head_dim=8,
+            query_pre_attn_scalar=12,
+            sliding_window=5,
+            attn_logit_softcapping=2.0,
             layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         )
     if family == "olmo2":

@@ -113,14 +113,32 @@ def chunked_logsumexp(
 
     Fully masked rows come out 0, as the CPU kernel gives them (their α is 0 either way).
     """
+    return _chunked(query, key, mask, scale, is_causal)[1]
+
+
+def _chunked(
+    query: torch.Tensor,  # [batch, heads, seq, head_dim]
+    key: torch.Tensor,  # [batch, heads, seq, head_dim]
+    mask: torch.Tensor | None,  # [batch | 1, 1 | heads, seq, seq] additive, or None
+    scale: float,
+    is_causal: bool,
+    value: torch.Tensor | None = None,  # [batch, heads, seq, head_dim]: the output too
+    softcap: float | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(the attention output where ``value`` is given, LSE): the exact attention query
+    chunk by chunk, O(chunk · seq) memory per head; ``softcap`` c caps the scores as
+    Gemma-2 does, ``c · tanh(s / c)``, before the mask."""
     batch, heads, seq, _ = query.shape
     work = torch.float64 if query.dtype == torch.float64 else torch.float32
     chunk = max(1, CHUNK_SCORES // max(1, batch * heads * key.shape[2]))
     out = torch.empty(batch, heads, seq, dtype=work, device=query.device)
+    attended = None if value is None else torch.empty_like(query)
     keys = key.to(work).transpose(-1, -2)  # [batch, heads, head_dim, k]
     for start in range(0, seq, chunk):
         stop = min(seq, start + chunk)
         scores = query[:, :, start:stop].to(work) @ keys * scale  # [batch, heads, chunk, k]
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
         if mask is not None:
             scores = scores + mask[..., start:stop, :].to(work)
         if is_causal:
@@ -128,8 +146,30 @@ def chunked_logsumexp(
             cols = torch.arange(key.shape[2], device=query.device)[None, :]
             scores = scores.masked_fill(cols > rows, float("-inf"))
         lse = torch.logsumexp(scores, dim=-1)  # [batch, heads, chunk]
-        out[:, :, start:stop] = torch.where(torch.isfinite(lse), lse, 0.0)
-    return out
+        finite = torch.where(torch.isfinite(lse), lse, 0.0)
+        out[:, :, start:stop] = finite
+        if value is not None and attended is not None:
+            weights = torch.exp(scores - finite.unsqueeze(-1))  # 0 where masked
+            attended[:, :, start:stop] = (weights @ value.to(work)).to(query.dtype)
+    return attended, out
+
+
+def capped_attention_with_lse(
+    query: torch.Tensor,  # [batch, heads, seq, head_dim]
+    key: torch.Tensor,  # [batch, kv_heads, seq, head_dim]
+    value: torch.Tensor,  # [batch, kv_heads, seq, head_dim]
+    mask: torch.Tensor | None,  # bool keep-mask or additive, broadcastable to [b, h, q, k]
+    scale: float,
+    is_causal: bool,
+    softcap: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Soft-capped attention (Gemma-2's ``attn_logit_softcapping``), exact, chunk by chunk,
+    with the log-sum-exp of the *capped* scores: no fused kernel takes a score cap and
+    returns it, so this runs on every device (O(chunk · seq) memory per head)."""
+    k, v = _repeat_heads(query, key), _repeat_heads(query, value)
+    out, lse = _chunked(query, k, additive_mask(mask, query.dtype), scale, is_causal, v, softcap)
+    assert out is not None
+    return out, lse
 
 
 def _repeat_heads(q: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -220,14 +260,17 @@ def _weights_at(
     mask_at: torch.Tensor | None,  # that key's mask entry per row, [batch | 1, 1 | heads, seq]
     lse: torch.Tensor,  # [batch, heads, seq]
     scale: float,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """α_{i,k(i)} = exp(s_{i,k(i)} + m_{i,k(i)} − LSE_i): [batch, heads, seq] (float32;
-    float64 for float64 inputs)."""
+    float64 for float64 inputs); ``softcap``: s capped first, c · tanh(s / c)."""
     work = lse.dtype if lse.dtype == torch.float64 else torch.float32
     batch, heads, seq, dim = query.shape
     kv = keys.shape[1]
     q = query.to(work).reshape(batch, kv, heads // kv, seq, dim)  # heads grouped by kv head
     s = (q * keys.to(work).unsqueeze(2)).sum(-1).reshape(batch, heads, seq) * scale
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
     if mask_at is not None:
         if mask_at.dtype == torch.bool:
             s = s.masked_fill(~mask_at, float("-inf"))
@@ -244,10 +287,11 @@ def self_weights(
     mask: torch.Tensor | None,  # bool keep-mask or additive, [batch | 1, 1 | heads, seq, seq]
     lse: torch.Tensor,  # [batch, heads, seq]
     scale: float,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """α_ii = exp(s_ii + m_ii − LSE_i): [batch, heads, seq] (float32; float64 for float64)."""
     diag = None if mask is None else torch.diagonal(mask, dim1=-2, dim2=-1)  # [b|1, 1|h, seq]
-    return _weights_at(query, key, diag, lse, scale)
+    return _weights_at(query, key, diag, lse, scale, softcap)
 
 
 def first_weights(
@@ -257,6 +301,7 @@ def first_weights(
     lse: torch.Tensor,  # [batch, heads, seq]
     scale: float,
     first: torch.Tensor | None,  # [batch] the first real position; None: 0
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """α_i0 = exp(s_i0 + m_i0 − LSE_i), 0 the first real position: [batch, heads, seq]."""
     batch, kv, seq, dim = key.shape
@@ -268,13 +313,14 @@ def first_weights(
     if mask is not None:
         m = mask.expand(batch, *mask.shape[1:])  # [batch, 1 | heads, q, k]
         column = m[rows, :, :, first]  # [batch, 1 | heads, q]
-    return _weights_at(query, k0, column, lse, scale)
+    return _weights_at(query, k0, column, lse, scale, softcap)
 
 
 #: keyword arguments of an attention call whose content is already in what the kernel reads:
 #: positions (in q and k), the sliding window (in the mask), the cache flags (no cache is
-#: kept). Any other argument with a value changes the attention (soft-capping, gpt-oss's
-#: learned sinks ``s_aux``, position biases, cross-attention): refused, never dropped
+#: kept). ``softcap`` (Gemma-2) runs the exact chunked path with the capped scores; any
+#: other argument with a value changes the attention (gpt-oss's learned sinks ``s_aux``,
+#: position biases, cross-attention): refused, never dropped
 READ_ELSEWHERE = frozenset(
     {"position_ids", "sliding_window", "use_cache", "cache_position", "output_attentions"}
 )
@@ -298,6 +344,7 @@ def mixscope_attention_forward(
     """
     if dropout:
         raise MixscopeError("fast attention runs inference only: attention dropout must be 0")
+    softcap = kwargs.pop("softcap", None)  # Gemma-2's score cap: the chunked exact path
     unknown = sorted(k for k, v in kwargs.items() if k not in READ_ELSEWHERE and v is not None)
     if unknown:  # soft-capping, learned sinks (s_aux), position biases, cross-attention, …
         raise MixscopeError(
@@ -311,12 +358,18 @@ def mixscope_attention_forward(
     scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(causal) and attention_mask is None and query.shape[2] > 1
-    out, lse = attention_with_lse(query, key, value, attention_mask, scale, causal)
-    alpha_self = self_weights(query, key, attention_mask, lse, scale)  # [batch, heads, seq]
+    if softcap is None:
+        out, lse = attention_with_lse(query, key, value, attention_mask, scale, causal)
+    else:
+        out, lse = capped_attention_with_lse(
+            query, key, value, attention_mask, scale, causal, float(softcap)
+        )
+    cap = None if softcap is None else float(softcap)
+    alpha_self = self_weights(query, key, attention_mask, lse, scale, cap)  # [b, heads, seq]
     first = _first[0]
     alpha_first = None
     if first is not None:
-        alpha_first = first_weights(query, key, attention_mask, lse, scale, first)
+        alpha_first = first_weights(query, key, attention_mask, lse, scale, first, cap)
     return out.transpose(1, 2).contiguous(), FastWeights(alpha_self, alpha_first)
 
 

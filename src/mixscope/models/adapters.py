@@ -262,13 +262,14 @@ _SWIGLU: dict[str, Any] = dict(
     **_DECODER,
 )
 
-# Gemma-3 (text): sandwich norms. The attention's output is normed inside the branch
-# (``post_attention_layernorm``) before the residual add, the FF reads
+# Gemma-2 and Gemma-3 (text): sandwich norms. The attention's output is normed inside the
+# branch (``post_attention_layernorm``) before the residual add, the FF reads
 # ``pre_feedforward_layernorm`` and its output is normed again (``post_feedforward_layernorm``);
-# every norm scales by 1 + weight; q/k norms and ``query_pre_attn_scalar`` change α only
-GEMMA3 = Adapter(
-    family="gemma3",
-    model_types=("gemma3_text",),
+# every norm scales by 1 + weight; Gemma-3's q/k norms, ``query_pre_attn_scalar`` and
+# Gemma-2's score soft-capping change α only (the fast path caps its scores too)
+GEMMA = Adapter(
+    family="gemma",
+    model_types=("gemma2", "gemma3_text"),
     norm_after="pre_feedforward_layernorm",
     attn_branch_norm="post_attention_layernorm",
     ff_branch_norm="post_feedforward_layernorm",
@@ -300,7 +301,7 @@ ADAPTERS: tuple[Adapter, ...] = (
     GPT_NEOX,
     LLAMA,
     OPT,
-    GEMMA3,
+    GEMMA,
     OLMO2,
 )
 

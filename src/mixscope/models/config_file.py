@@ -35,6 +35,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "mistral": {"max_position_embeddings": 131072},
     "qwen2": {"max_position_embeddings": 32768},
     "qwen3": {"max_position_embeddings": 32768},
+    "gemma2": {"max_position_embeddings": 8192},
     "gemma3_text": {"max_position_embeddings": 131072},
     "olmo2": {"max_position_embeddings": 2048},
     "olmo3": {"max_position_embeddings": 2048},
