@@ -71,3 +71,15 @@ def test_every_docs_path_cited_in_the_package_exists():
     assert cited, "no docs/ path cited at all: the pattern is wrong"
     missing = sorted(c for c in cited if not (REPO / c).is_file())
     assert not missing, f"docs cited in the package but absent: {missing}"
+
+
+def test_the_architecture_table_is_generated_from_the_adapters():
+    """The README's supported architectures are the adapters' data, not typed by hand."""
+    from mixscope.models.adapters import supported_model_types
+    from mixscope.models.architectures import BEGIN, END, architecture_table
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split(BEGIN + "\n", 1)[1].split(END, 1)[0]
+    assert section == architecture_table(), "python -m mixscope.models.architectures --write"
+    for model_type in supported_model_types():
+        assert f"`{model_type}`" in section
