@@ -28,6 +28,7 @@ E2E_MODULES = {
     "test_ray_state",
     "test_attach",
     "test_gpu_check",  # a throwaway venv and the whole check's dry run
+    "test_new_layouts_end_to_end",
 }
 
 

@@ -60,6 +60,31 @@ def variants(a: Adapter) -> str:
     return "; ".join(out)
 
 
+def scope_norms(a: Adapter) -> dict[str, str | None]:
+    """Which norm each scope's step used (None: none stands there, the identity): what a
+    run records (run.json ``model.scopes``), so readers of ``attnresln_n`` or ``ffresln_n``
+    know what they compare across families (docs/method.md §5c)."""
+    after_last = f"{a.final_norm} after the last block"
+    if a.parallel_residual:
+        attnresln: str | None = f"{a.next_norm} of the next block, {after_last}"
+    else:
+        attnresln = a.norm_after
+    if a.ff_norm is not None:
+        ffresln: str | None = a.ff_norm
+    elif a.next_norm:
+        ffresln = f"{a.next_norm} of the next block, {after_last}"
+    elif a.final_norm:
+        ffresln = f"none between blocks, {after_last}"
+    else:
+        ffresln = None
+    return {
+        "attn_branch": a.attn_branch_norm,
+        "attnresln": attnresln,
+        "ff_branch": a.ff_branch_norm,
+        "ffresln": ffresln,
+    }
+
+
 def architecture_table() -> str:
     """The README's table of supported architectures (markdown, ends with a newline)."""
     rows = [

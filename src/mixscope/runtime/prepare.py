@@ -108,7 +108,7 @@ def prepare(spec: JobSpec, *, write: bool = True, plan: CorpusPlan | None = None
         selection = resolved_measures(spec.model, a.measures, revision=a.revision)
     except SpecError as exc:  # a group that does not apply: a bad flag, exit 2
         raise SpecError(f"invalid job spec: analysis.{exc}") from None
-    model = model_identity(spec.model, a.revision)
+    model = {**model_identity(spec.model, a.revision), "scopes": _scopes(spec)}
     options = identity_options(spec, max_length, selection.groups)
     run_id = run_id_for(model["fingerprint"], plan.fingerprint, options)
     layout = Layout.open(spec.out)
@@ -119,6 +119,17 @@ def prepare(spec: JobSpec, *, write: bool = True, plan: CorpusPlan | None = None
     if write and stored is None:
         prep.save_plan()
     return prep
+
+
+def _scopes(spec: JobSpec) -> dict[str, str | None]:
+    """Which norm each scope of the model's blocks used (models/architectures.py), from
+    its config facts (no weights, no torch for a local model)."""
+    from mixscope.models.adapters import adapter_for_config
+    from mixscope.models.architectures import scope_norms
+    from mixscope.models.resolve import config_facts
+
+    facts = config_facts(spec.model, revision=spec.analysis.revision)
+    return scope_norms(adapter_for_config(facts))
 
 
 def identity_options(
