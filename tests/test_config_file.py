@@ -146,3 +146,24 @@ def test_preparing_a_run_on_a_local_model_imports_no_torch(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["512"]
+
+
+def test_a_family_newer_than_the_installed_transformers_is_refused_in_one_line(
+    tmp_path, monkeypatch
+):
+    """OLMo-3 on a transformers that does not know it: one line naming the model type and
+    the installed version, before transformers words it as an unknown checkpoint."""
+    import transformers
+    from transformers.models.auto import configuration_auto
+
+    from mixscope.errors import MixscopeError
+    from mixscope.models.loading import load
+
+    save(_config("olmo2"), tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**data, "model_type": "olmo3"}))
+    names = {k: v for k, v in configuration_auto.CONFIG_MAPPING_NAMES.items() if k != "olmo3"}
+    monkeypatch.setattr(configuration_auto, "CONFIG_MAPPING_NAMES", names)
+    with pytest.raises(MixscopeError, match=r"'olmo3'.*needs a newer transformers") as err:
+        load(str(tmp_path))
+    assert transformers.__version__ in str(err.value) and "\n" not in str(err.value)

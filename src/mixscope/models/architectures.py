@@ -62,8 +62,8 @@ def variants(a: Adapter) -> str:
 
 def scope_norms(a: Adapter) -> dict[str, str | None]:
     """Which norm each scope's step used (None: none stands there, the identity): what a
-    run records (run.json ``model.scopes``), so readers of ``attnresln_n`` or ``ffresln_n``
-    know what they compare across families (docs/method.md §5c)."""
+    run records (run.json ``model.scopes``), so a reader of a measure taken after a norm
+    knows what it compares across families (docs/method.md §5c)."""
     after_last = f"{a.final_norm} after the last block"
     if a.parallel_residual:
         attnresln: str | None = f"{a.next_norm} of the next block, {after_last}"

@@ -67,6 +67,13 @@ def read_config(directory: str | Path) -> SimpleNamespace | None:
     return SimpleNamespace(model_type=model_type, **facts)
 
 
+def model_type_of(directory: str | Path) -> str | None:
+    """The ``model_type`` config.json states, or None (no or unreadable file)."""
+    raw = _read_json(Path(directory) / "config.json")
+    value = raw.get("model_type") if raw is not None else None
+    return value if isinstance(value, str) else None
+
+
 def read_tokenizer_limit(directory: str | Path) -> SimpleNamespace | None:
     """The ``model_max_length`` tokenizer_config.json states, as the one attribute of a
     namespace; None where it states none, or there is no such file: a few tokenizer

@@ -133,7 +133,7 @@ def load(
         raise MixscopeError("model must be a path, a hub id, or a (model, tokenizer) pair")
     spec = os.fspath(model)
     source = resolve_source(spec)
-    config = load_config(spec, revision=revision)
+    config = load_config(spec, revision=revision)  # a family newer than transformers: refused
 
     from transformers import AutoModel, AutoTokenizer
 

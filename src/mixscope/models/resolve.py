@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from mixscope.errors import MixscopeError, first_line
-from mixscope.models.adapters import adapter_for_config
-from mixscope.models.config_file import read_config, read_tokenizer_limit
+from mixscope.models.adapters import adapter_for_config, supported_model_types
+from mixscope.models.config_file import model_type_of, read_config, read_tokenizer_limit
 from mixscope.models.packaged import packaged_path
 
 
@@ -43,11 +43,31 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith(("/", "./", "../", "~", ".\\")) or spec.count("/") >= 2 or "\\" in spec
 
 
+def check_transformers_knows(spec: str) -> None:
+    """A local model whose ``model_type`` mixscope supports but the installed transformers
+    does not know (a family newer than it): one line naming the type and the version
+    installed, before transformers words it as an unknown checkpoint."""
+    local = _local_directory(spec)
+    model_type = model_type_of(local) if local is not None else None
+    if model_type is None or model_type not in supported_model_types():
+        return
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise MixscopeError(
+            f"model type {model_type!r} of {spec!r} needs a newer transformers than the "
+            f"installed {transformers.__version__}, which does not know it: "
+            "pip install -U transformers"
+        )
+
+
 def load_config(spec: str, *, revision: str | None = None) -> Any:
     """The model's transformers config (cheap: no weights), or a one-line error."""
     from transformers import AutoConfig
 
     source = resolve_source(spec)
+    check_transformers_knows(spec)
     try:
         return AutoConfig.from_pretrained(source, revision=revision)
     except (OSError, ValueError) as exc:
