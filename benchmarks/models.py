@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from common import minilm_path
+from common import offline_tokenizer
 
 #: random BERT configurations for engine.py --random-config (no download needed)
 RANDOM_CONFIGS: dict[str, dict[str, int]] = {
@@ -51,6 +51,31 @@ DECODER_CONFIGS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 4096,
         "vocab_size": 32000,
     },
+    # the CPU-sized Llama's shape in the 2024–26 layouts: Gemma-3's sandwich norms (q/k
+    # norms, γ = 1 + w, sliding and global layers), OLMo-2's norms inside the branches
+    "gemma3": {
+        "model_type": "gemma3_text",
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "head_dim": 64,
+        "query_pre_attn_scalar": 64,
+        "sliding_window": 256,
+        "max_position_embeddings": 4096,
+        "vocab_size": 32000,
+    },
+    "olmo2": {
+        "model_type": "olmo2",
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 4096,
+        "vocab_size": 32000,
+    },
     # 1B class, Llama-3.2-1B shape (for a GPU, with --dtype bfloat16)
     "llama-1b": {
         "model_type": "llama",
@@ -80,13 +105,13 @@ def build_encoder(model_dir: str | None, random_config: str | None, device: torc
     if random_config is None:
         loaded = load(model_dir, device=device)
     else:
-        from transformers import AutoTokenizer, BertConfig, BertModel
+        from transformers import BertConfig, BertModel
 
         torch.manual_seed(0)
         config = BertConfig(**RANDOM_CONFIGS[random_config])
         model = BertModel(config, add_pooling_layer=False)
         model.set_attn_implementation("eager")
-        tokenizer = AutoTokenizer.from_pretrained(minilm_path())  # BERT uncased vocabulary
+        tokenizer = offline_tokenizer()  # BERT uncased vocabulary
         loaded = load((model, tokenizer), device=device)
     loaded.model.eval()
     impl = getattr(loaded.model.config, "_attn_implementation", None)
@@ -97,7 +122,7 @@ def build_encoder(model_dir: str | None, random_config: str | None, device: torc
 
 def build_decoder(name: str, device: torch.device, dtype: str | None) -> Any:
     """A ``LoadedModel`` of a randomly initialized decoder (eager attention)."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoModel
 
     from mixscope.models.loading import load
 
@@ -107,7 +132,7 @@ def build_decoder(name: str, device: torch.device, dtype: str | None) -> Any:
     model = AutoModel.from_config(config, attn_implementation="eager")
     # MiniLM's WordPiece ids (< 30522) are valid in every vocabulary above; with random
     # weights what matters is the shape, and real text keeps the attention non-uniform
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    tokenizer = offline_tokenizer()
     tokenizer.model_max_length = config.max_position_embeddings  # not BERT's 512
     loaded = load((model, tokenizer), device=device, dtype=dtype)
     loaded.model.eval()

@@ -120,6 +120,43 @@ LAYOUTS = {
         "window": "sliding_window",
         "softcap": "attn_logit_softcapping",
     },
+    # SmolLM3: Llama's block, some layers without rotary embeddings (NoPE)
+    "smollm3": {**_LLAMA, "nope": "no_rope_layers"},
+    # Phi-3: fused [q | k | v] with grouped-query heads, fused [gate | up]
+    "phi3": {
+        **_LLAMA,
+        "qkv_gqa": "self_attn.qkv_proj",
+        "mlp": "gated_fused",
+        "mlp_paths": ("mlp.gate_up_proj", "mlp.down_proj"),
+    },
+    # GPT-J: attention and MLP in parallel on one shared ln_1; interleaved partial rotary
+    "gptj": {
+        "layers": "h",
+        "embed": "wte",
+        "ln1": "ln_1",
+        "ln2": "ln_1",  # the MLP reads the same norm
+        "q": "attn.q_proj",
+        "k": "attn.k_proj",
+        "v": "attn.v_proj",
+        "o": "attn.out_proj",
+        "mlp": "plain",
+        "mlp_paths": ("mlp.fc_in", "mlp.fc_out"),
+        "act": "activation_function",
+        "norm": "layer",
+        "eps": "eps",
+        "rotary": "interleaved",
+        "always_parallel": True,
+        "final": "ln_f",
+    },
+    # StableLM: Llama's names with LayerNorm, partial rotary; the parallel variant's MLP
+    # reads the shared input_layernorm (there is no post-attention norm then)
+    "stablelm": {
+        **_LLAMA,
+        "norm": "layer",
+        "eps": "eps",
+        "parallel": "use_parallel_residual",
+        "parallel_ln2": "input_layernorm",
+    },
     # no input norms: attention and FF read the stream raw, their outputs normed inside the
     # branches; q/k RMSNorms over the whole projection (all heads at once)
     "olmo2": {
@@ -171,6 +208,20 @@ def _act(name: str, x: np.ndarray) -> np.ndarray:
     if name == "relu":
         return np.maximum(x, 0.0)
     raise ValueError(f"activation {name!r} not in the reference")
+
+
+def _rotary_interleaved(t: np.ndarray, rot: int, theta: float = 10000.0) -> np.ndarray:
+    """GPT-J's rotary embedding of t [heads, n, dh]: pair (2i, 2i + 1) of the first ``rot``
+    dims rotated by position · θ^(−2i / rot)."""
+    n = t.shape[1]
+    inv_freq = 1.0 / theta ** (np.arange(0, rot, 2, dtype=np.float64) / rot)  # [rot / 2]
+    angle = np.arange(n, dtype=np.float64)[:, None] * inv_freq[None, :]  # [n, rot / 2]
+    cos, sin = np.cos(angle), np.sin(angle)
+    even, odd = t[..., 0:rot:2], t[..., 1:rot:2]
+    out = t.copy()
+    out[..., 0:rot:2] = even * cos - odd * sin
+    out[..., 1:rot:2] = odd * cos + even * sin
+    return out
 
 
 def _whole(t: np.ndarray, norm: Norm) -> np.ndarray:
@@ -225,6 +276,7 @@ class Layer:
     ff_post: Norm | None = None  # inside the FF branch, before the residual add
     window: int | None = None  # this layer's sliding window
     rope_theta: float | None = None  # this layer's rotary base, where it has its own
+    rotary: bool = True  # this layer rotates q and k (SmolLM3's NoPE layers do not)
 
 
 class Reference:
@@ -240,7 +292,9 @@ class Reference:
         self.KV = getattr(cfg, "num_key_value_heads", None) or self.H
         self.d = cfg.hidden_size
         self.dh = getattr(cfg, "head_dim", None) or self.d // self.H
-        self.parallel = bool(getattr(cfg, lay.get("parallel", ""), False))
+        self.parallel = bool(
+            lay.get("always_parallel") or getattr(cfg, lay.get("parallel", ""), False)
+        )
         self.pre_ln = bool(getattr(cfg, lay.get("pre_ln", ""), True))
         self.window = getattr(cfg, lay["window"], None) if "window" in lay else None
         self.blocks = list(model.get_submodule(lay["layers"]))
@@ -280,7 +334,11 @@ class Reference:
 
     def _layer(self, block) -> Layer:
         lay, H, KV, d, dh = self.lay, self.H, self.KV, self.d, self.dh
-        if "qkv" in lay:  # GPT-2: [q | k | v], each d wide, heads contiguous inside
+        if "qkv_gqa" in lay:  # Phi-3: [q (H·dh) | k (KV·dh) | v (KV·dh)]
+            w, b = self._linear(block.get_submodule(lay["qkv_gqa"]))
+            cuts = np.cumsum([H * dh, KV * dh])
+            parts = list(zip(np.split(w, cuts, axis=1), np.split(b, cuts), strict=True))
+        elif "qkv" in lay:  # GPT-2: [q | k | v], each d wide, heads contiguous inside
             w, b = self._linear(block.get_submodule(lay["qkv"]))
             parts = [(w[:, c * d : (c + 1) * d], b[c * d : (c + 1) * d]) for c in range(3)]
         elif "qkv_per_head" in lay:  # GPT-NeoX: output index h·3dh + c·dh + e
@@ -302,6 +360,12 @@ class Reference:
         wv, bv = heads(wv, bv, KV)
         wo, bo = self._linear(block.get_submodule(lay["o"]))  # [H·dh, d]
         mlp = [self._linear(block.get_submodule(p)) for p in lay["mlp_paths"]]
+        if lay["mlp"] == "gated_fused":  # [gate | up] in one matrix, gate first
+            (w, b), down = mlp
+            half = w.shape[1] // 2
+            mlp = [(w[:, :half], b[:half]), (w[:, half:], b[half:]), down]
+        if self.parallel and "parallel_ln2" in lay:  # the MLP reads the shared input norm
+            lay = {**lay, "ln2": lay["parallel_ln2"]}
         norm = lambda key: self._norm(block.get_submodule(lay[key])) if lay.get(key) else None  # noqa: E731
         qk = lay.get("qk_norm")
         layer_type = (getattr(self.cfg, "layer_types", None) or [None] * 999)[len(self._seen)]
@@ -319,7 +383,7 @@ class Reference:
             wo=wo.reshape(H, dh, d),
             bo=bo,
             mlp=mlp,
-            mlp_kind=lay["mlp"],
+            mlp_kind="gated" if lay["mlp"] == "gated_fused" else lay["mlp"],
             act=getattr(self.cfg, lay["act"]),
             q_norm=self._norm(block.get_submodule("self_attn.q_norm")) if qk else None,
             k_norm=self._norm(block.get_submodule("self_attn.k_norm")) if qk else None,
@@ -327,6 +391,10 @@ class Reference:
             ff_post=norm("ff_post"),
             window=self.window if layer_type in (None, "sliding_attention") else None,
             rope_theta=rope[layer_type]["rope_theta"] if layer_type in rope else None,
+            rotary=bool(lay["rotary"])
+            and bool(
+                getattr(self.cfg, lay["nope"])[len(self._seen) - 1] if "nope" in lay else True
+            ),
         )
 
     # ---------------------------------------------------------------- forward pieces
@@ -345,7 +413,10 @@ class Reference:
         return x
 
     def _rotary(self, t: np.ndarray, theta: float | None = None) -> np.ndarray:
-        """Rotary embedding (rotate-half convention) of t [heads, n, dh] at positions 0..n-1."""
+        """Rotary embedding (rotate-half convention) of t [heads, n, dh] at positions 0..n-1;
+        GPT-J's rotates interleaved pairs (2i, 2i + 1) of its first ``rotary_dim`` dims."""
+        if self.lay["rotary"] == "interleaved":
+            return _rotary_interleaved(t, int(self.cfg.rotary_dim or self.dh))
         rope = getattr(self.cfg, "rope_parameters", None) or {}
         if theta is None:
             theta = float(rope.get("rope_theta", getattr(self.cfg, "rope_theta", 10000.0)))
@@ -371,7 +442,7 @@ class Reference:
             q, k = L.q_norm(q), L.k_norm(k)
         elif self.lay.get("qk_norm") == "full":  # over the whole projection, heads at once
             q, k = _whole(q, L.q_norm), _whole(k, L.k_norm)
-        if self.lay["rotary"]:
+        if L.rotary:
             q, k = self._rotary(q, L.rope_theta), self._rotary(k, L.rope_theta)
         k = np.repeat(k, group, axis=0)  # query head h reads key/value head h // group
         scalar = (

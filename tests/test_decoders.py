@@ -1,5 +1,6 @@
-"""Pre-LN decoders (GPT-2, GPT-NeoX/Pythia, Llama/Mistral/Qwen2/Qwen3, OPT, Gemma-2/3,
-OLMo-2) against the float64 brute-force reference of tests/reference_decoder.py.
+"""Decoders (GPT-2, GPT-NeoX/Pythia, GPT-J, Llama/Mistral/Qwen2/Qwen3/SmolLM3, Phi-3, StableLM,
+OPT, Gemma-2/3, OLMo-2) against the float64 brute-force reference of
+tests/reference_decoder.py.
 
 Every family's tiny random model (all parameters redrawn, biases non-zero where the family
 has them, norm gains away from 1), GPT-NeoX with and without the parallel residual, Llama

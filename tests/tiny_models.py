@@ -38,6 +38,11 @@ DECODER_FAMILIES = (
     #            query_pre_attn_scalar, a sliding and a global layer
     "olmo2",  # no input norms, a norm inside each branch, q/k norms over whole projections
     "gemma2",  # sandwich norms, γ = 1 + w, scores soft-capped (at 2.0: the cap bites)
+    "smollm3",  # Llama's block, the second layer without rotary embeddings (NoPE)
+    "phi3",  # fused qkv_proj with grouped-query heads, fused gate_up_proj
+    "gptj",  # parallel attention and MLP on one shared ln_1, interleaved partial rotary
+    "stablelm",  # LayerNorm, partial rotary, q/k/v biases
+    "stablelm-parallel",  # use_parallel_residual: the MLP on the shared input_layernorm
 )
 
 
@@ -58,16 +63,12 @@ def tokenizer():
 
 def _decoder_config(family: str):
     from transformers import (
-        Gemma2Config,
-        Gemma3TextConfig,
         GPT2Config,
         GPTNeoXConfig,
         LlamaConfig,
         MistralConfig,
-        Olmo2Config,
         OPTConfig,
         Qwen2Config,
-        Qwen3Config,
     )
 
     # the MiniLM tokenizer: [CLS] = 101 starts, [SEP] = 102 ends, [PAD] = 0
@@ -120,29 +121,8 @@ def _decoder_config(family: str):
         return MistralConfig(**llama_like, num_key_value_heads=2, sliding_window=6)
     if family == "qwen2":
         return Qwen2Config(**llama_like, num_key_value_heads=2)
-    if family == "qwen3":
-        return Qwen3Config(**llama_like, num_key_value_heads=2, head_dim=8)
-    if family == "gemma3":
-        return Gemma3TextConfig(
-            **{**llama_like, "num_hidden_layers": 3},
-            num_key_value_heads=2,
-            head_dim=8,
-            query_pre_attn_scalar=12,
-            sliding_window=5,
-            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-        )
-    if family == "gemma2":
-        return Gemma2Config(
-            **{**llama_like, "num_hidden_layers": 3},
-            num_key_value_heads=2,
-            head_dim=8,
-            query_pre_attn_scalar=12,
-            sliding_window=5,
-            attn_logit_softcapping=2.0,
-            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-        )
-    if family == "olmo2":
-        return Olmo2Config(**llama_like, num_key_value_heads=2)
+    if family in NEWER:
+        return _newer_config(family, ids, llama_like)
     if family in ("opt", "opt-post"):
         return OPTConfig(
             **ids,
@@ -155,6 +135,70 @@ def _decoder_config(family: str):
             attention_dropout=0.0,
             enable_bias=True,
         )
+    raise ValueError(family)
+
+
+#: the 2024–26 layouts and the families added with them (tests of the block's chain)
+NEWER = ("qwen3", "gemma3", "olmo2", "gemma2", "smollm3", "phi3", "gptj", "stablelm",
+         "stablelm-parallel")  # fmt: skip
+
+
+def _newer_config(family: str, ids: dict, llama_like: dict):
+    from transformers import (
+        Gemma2Config,
+        Gemma3TextConfig,
+        GPTJConfig,
+        Olmo2Config,
+        Phi3Config,
+        Qwen3Config,
+        SmolLM3Config,
+        StableLmConfig,
+    )
+
+    gemma = dict(
+        num_key_value_heads=2,
+        head_dim=8,
+        query_pre_attn_scalar=12,
+        sliding_window=5,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    )
+    if family == "qwen3":
+        return Qwen3Config(**llama_like, num_key_value_heads=2, head_dim=8)
+    if family == "gemma3":
+        return Gemma3TextConfig(**{**llama_like, "num_hidden_layers": 3}, **gemma)
+    if family == "gemma2":
+        cap = dict(attn_logit_softcapping=2.0)
+        return Gemma2Config(**{**llama_like, "num_hidden_layers": 3}, **gemma, **cap)
+    if family == "smollm3":
+        return SmolLM3Config(**llama_like, num_key_value_heads=2, no_rope_layers=[1, 0])
+    if family == "phi3":
+        return Phi3Config(**llama_like, num_key_value_heads=2, resid_pdrop=0.0)
+    if family == "gptj":
+        return GPTJConfig(
+            **ids,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_inner=48,
+            rotary_dim=4,
+            n_positions=80,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            layer_norm_epsilon=1e-5,
+        )
+    if family in ("stablelm", "stablelm-parallel"):
+        fields = {k: v for k, v in llama_like.items() if k != "rms_norm_eps"}
+        return StableLmConfig(
+            **fields,
+            num_key_value_heads=2,
+            layer_norm_eps=1e-5,
+            use_qkv_bias=True,
+            use_parallel_residual=family == "stablelm-parallel",
+            hidden_dropout=0.0,
+        )
+    if family == "olmo2":
+        return Olmo2Config(**llama_like, num_key_value_heads=2)
     raise ValueError(family)
 
 

@@ -128,17 +128,19 @@ class BlockTensors:
         return self.alpha
 
 
-def select_values(out: torch.Tensor, layout: str, heads: int, head_dim: int) -> torch.Tensor:
+def select_values(
+    out: torch.Tensor, layout: str, heads: int, head_dim: int, kv_heads: int | None = None
+) -> torch.Tensor:
     """The values [batch, seq, kv_heads * head_dim] from the value module's output.
 
-    ``layout`` (``Adapter.value_layout``): "plain" is the output itself; "fused" is the last
-    third of [q | k | v]; "fused_per_head" the last third of each head's [q_h | k_h | v_h].
+    ``layout`` (``Adapter.value_layout``): "plain" is the output itself; "fused" the last
+    kv_heads · head_dim columns of [q | k | v] (GPT-2's last third; Phi-3's grouped-query
+    heads); "fused_per_head" the last third of each head's [q_h | k_h | v_h].
     """
     if layout == "plain":
         return out
     if layout == "fused":
-        width = out.shape[-1] // 3
-        return out[..., 2 * width :]
+        return out[..., -(kv_heads or heads) * head_dim :]
     if layout == "fused_per_head":
         per_head = out.reshape(*out.shape[:-1], heads, 3 * head_dim)
         return per_head[..., 2 * head_dim :].reshape(*out.shape[:-1], heads * head_dim)

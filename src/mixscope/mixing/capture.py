@@ -121,7 +121,8 @@ class Capture:
             store["x"] = (args[0] if args else kwargs["hidden_states"]).to(sd)
         elif name == "values":
             p = e.params[store["idx"]]
-            store["values"] = select_values(out, e.loaded.adapter.value_layout, p.heads, p.head_dim)
+            layout = e.loaded.adapter.value_layout
+            store["values"] = select_values(out, layout, p.heads, p.head_dim, p.kv_heads)
         elif name == "attention":
             return self._keep_attention(store, out)
         elif name == "attn_out":
@@ -143,6 +144,9 @@ class Capture:
             else:
                 store["ff_norm_in"] = args[0].reshape(self._shape(store, out)).to(sd)
                 store["ff_norm_out"] = out.reshape(self._shape(store, out)).to(sd)
+        elif name == "ff_in" and e.loaded.adapter.ff_fused_gate_up:  # Phi-3: [gate | up]
+            gate, up = out.reshape(self._shape(store, out)).to(sd).chunk(2, dim=-1)
+            store["ff_in"], store["ff_up"] = gate, up
         elif name in ("ff_in", "ff_up", "ff_out"):  # OPT's FF runs on [batch · seq, ·]
             store[name] = out.reshape(self._shape(store, out)).to(sd)
         return None

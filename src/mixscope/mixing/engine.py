@@ -212,9 +212,13 @@ class MixingEngine:
         d_ff = out.weight.shape[0 if a.ff_transposed else 1]
         act = block.get_submodule(a.ff_act)
         parallel = a.parallel_residual
+        weights = [m.weight.detach() for m in inputs]
+        biases = [bias(m, 2 * d_ff if a.ff_fused_gate_up else d_ff) for m in inputs]
+        if a.ff_fused_gate_up:  # one [2 · d_ff, hidden] matrix: the gate's rows, the up's
+            weights, biases = list(weights[0].chunk(2, dim=0)), list(biases[0].chunk(2))
         return FFParams(
-            inputs=tuple(m.weight.detach() for m in inputs),
-            input_biases=tuple(bias(m, d_ff) for m in inputs),
+            inputs=tuple(weights),
+            input_biases=tuple(biases),
             w_out=out.weight.detach(),
             b_out=bias(out, hidden),
             transposed=a.ff_transposed,

@@ -56,7 +56,8 @@ class Adapter:
     causal: bool = False  # query i sees keys j <= i only
     # How the ``value`` module's output holds the values [.., kv_heads * head_dim]:
     #   "plain"           the output is the values (a separate value projection)
-    #   "fused"           [q | k | v] concatenated along the last axis: the last third (GPT-2)
+    #   "fused"           [q | k | v] concatenated along the last axis: the values are the
+    #                     last kv_heads · head_dim columns (GPT-2's last third; Phi-3)
     #   "fused_per_head"  per head [q_h | k_h | v_h], heads outermost: the last third of each
     #                     head's 3·head_dim slice (GPT-NeoX ``query_key_value``)
     value_layout: ValueLayout = "plain"
@@ -88,6 +89,9 @@ class Adapter:
     ff_act: str | None = None
     ff_out: str | None = None
     ff_transposed: bool = False
+    # ``ff_in`` holds the gate and the up projection in one matrix, gate first (Phi-3's
+    # ``gate_up_proj``): its output is split in halves
+    ff_fused_gate_up: bool = False
     # Norms inside a branch, on its output before the residual add (Gemma-2/3 and OLMo-2
     # ``post_attention_layernorm`` / ``post_feedforward_layernorm``): the block's chain
     # (mixing/chain.py) splits the branch's parts through them
@@ -213,14 +217,15 @@ GPT_NEOX = Adapter(
 )
 
 LLAMA = Adapter(
-    names="Llama, Mistral, Qwen2, Qwen3",
+    names="Llama, Mistral, Qwen2, Qwen3, SmolLM3",
     notes=(
         "grouped-query attention, rotary; Qwen2's q/k/v biases, Qwen3's q/k norms, "
-        "Mistral's sliding window"
+        "Mistral's sliding window, SmolLM3's layers without rotary embeddings"
     ),
     family="llama",
-    # Qwen3's q/k norms change α only, which the attention module's output carries
-    model_types=("llama", "mistral", "qwen2", "qwen3"),
+    # Qwen3's q/k norms and SmolLM3's layers without rotary embeddings change α only,
+    # which the attention module's output carries
+    model_types=("llama", "mistral", "qwen2", "qwen3", "smollm3"),
     layers="layers",
     attention="self_attn",
     value="self_attn.v_proj",
@@ -322,6 +327,66 @@ OLMO2 = Adapter(
     **_SWIGLU,
 )
 
+# Phi-3 / Phi-4: Llama's block with a fused ``qkv_proj`` ([q | k | v] with grouped-query
+# heads: the values are the last kv_heads · head_dim columns) and a fused ``gate_up_proj``
+# (the gate the first half, the up projection the second)
+PHI3 = replace(
+    LLAMA,
+    family="phi3",
+    model_types=("phi3",),
+    names="Phi-3, Phi-4",
+    notes="fused `qkv_proj` (values = the last K·d_h columns), fused `gate_up_proj`",
+    value="self_attn.qkv_proj",
+    value_layout="fused",
+    ff_in="mlp.gate_up_proj",
+    ff_up=None,
+    ff_fused_gate_up=True,
+    ff_act="mlp.activation_fn",
+)
+
+# GPT-J: attention and MLP in parallel on one shared ``ln_1``: the FF's input norm is the
+# attention's (``norm_after``, read by the parallel FF), the block's norm the next ``ln_1``
+GPTJ = Adapter(
+    family="gptj",
+    model_types=("gptj",),
+    names="GPT-J",
+    notes="interleaved (GPT-J style) partial rotary",
+    layers="h",
+    attention="attn",
+    value="attn.v_proj",
+    out_proj="attn.out_proj",
+    norm_after="ln_1",
+    parallel_residual=True,
+    mlp="mlp",
+    next_norm="ln_1",
+    final_norm="ln_f",
+    ff_in="mlp.fc_in",
+    ff_act="mlp.act",
+    ff_out="mlp.fc_out",
+    **_DECODER,
+)
+
+# StableLM: Llama's module names with LayerNorm; ``use_parallel_residual`` runs the MLP
+# beside the attention on the shared ``input_layernorm`` (and has no post-attention norm)
+STABLELM = replace(
+    LLAMA,
+    family="stablelm",
+    model_types=("stablelm",),
+    names="StableLM",
+    notes="LayerNorm, partial rotary, optional q/k/v biases",
+    norm_kind="layer",
+    norm_eps_attr="eps",
+    norm_in_float32=False,
+    mlp="mlp",
+    variants=(
+        (
+            "use_parallel_residual",
+            True,
+            (("parallel_residual", True), ("norm_after", "input_layernorm")),
+        ),
+    ),
+)
+
 ADAPTERS: tuple[Adapter, ...] = (
     BERT,
     ROBERTA,
@@ -333,6 +398,9 @@ ADAPTERS: tuple[Adapter, ...] = (
     OPT,
     GEMMA,
     OLMO2,
+    PHI3,
+    GPTJ,
+    STABLELM,
 )
 
 

@@ -39,12 +39,19 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"max_position_embeddings": 131072},
     "olmo2": {"max_position_embeddings": 2048},
     "olmo3": {"max_position_embeddings": 2048},
+    "smollm3": {"max_position_embeddings": 32768},
+    "phi3": {"max_position_embeddings": 4096},
+    "gptj": {"max_position_embeddings": 2048},
+    "stablelm": {"max_position_embeddings": 4096, "use_parallel_residual": False},
     "opt": {"max_position_embeddings": 2048, "do_layer_norm_before": True},
 }
 
 #: model_type → {attribute: the key config.json stores it under} (transformers'
 #: ``attribute_map``)
-STORED_AS: dict[str, dict[str, str]] = {"gpt2": {"max_position_embeddings": "n_positions"}}
+STORED_AS: dict[str, dict[str, str]] = {
+    "gpt2": {"max_position_embeddings": "n_positions"},
+    "gptj": {"max_position_embeddings": "n_positions"},
+}
 
 #: where ``model_max_length`` may sit in tokenizer_config.json (``max_len``: its old name)
 _LIMIT_KEYS = ("model_max_length", "max_len")
