@@ -157,6 +157,14 @@ LAYOUTS = {
         "parallel": "use_parallel_residual",
         "parallel_ln2": "input_layernorm",
     },
+    # Granite: each branch's output times residual_multiplier before the residual add,
+    # embeddings times embedding_multiplier, scores times attention_multiplier
+    "granite": {
+        **_LLAMA,
+        "branch_multiplier": "residual_multiplier",
+        "embedding_multiplier": "embedding_multiplier",
+        "score_multiplier": "attention_multiplier",
+    },
     # no input norms: attention and FF read the stream raw, their outputs normed inside the
     # branches; q/k RMSNorms over the whole projection (all heads at once)
     "olmo2": {
@@ -295,6 +303,7 @@ class Reference:
         self.parallel = bool(
             lay.get("always_parallel") or getattr(cfg, lay.get("parallel", ""), False)
         )
+        self.branch_multiplier = float(getattr(cfg, lay.get("branch_multiplier", ""), 1.0))
         self.pre_ln = bool(getattr(cfg, lay.get("pre_ln", ""), True))
         self.window = getattr(cfg, lay["window"], None) if "window" in lay else None
         self.blocks = list(model.get_submodule(lay["layers"]))
@@ -410,6 +419,8 @@ class Reference:
             x = x + table[np.arange(len(ids)) + lay.get("position_offset", 0)]
         if lay.get("embed_scale"):  # Gemma: embeddings times √hidden
             x = x * np.sqrt(self.d)
+        if "embedding_multiplier" in lay:  # Granite
+            x = x * getattr(self.cfg, lay["embedding_multiplier"])
         return x
 
     def _rotary(self, t: np.ndarray, theta: float | None = None) -> np.ndarray:
@@ -449,6 +460,10 @@ class Reference:
             getattr(self.cfg, self.lay["query_scalar"]) if "query_scalar" in self.lay else self.dh
         )
         scores = np.einsum("hie,hje->hij", q, k) / np.sqrt(scalar)
+        if "score_multiplier" in self.lay:  # Granite's scale replaces 1 / √d_h
+            scores = np.einsum("hie,hje->hij", q, k) * getattr(
+                self.cfg, self.lay["score_multiplier"]
+            )
         cap = getattr(self.cfg, self.lay["softcap"], None) if "softcap" in self.lay else None
         if cap is not None:
             scores = cap * np.tanh(scores / cap)
@@ -559,6 +574,8 @@ def reference(
             branch = post(attn)
         else:
             a_res, bias, branch = a, np.broadcast_to(L.bo, (n, d)), attn
+        mult = ref.branch_multiplier  # Granite: the branch times m before the residual add
+        a_res, bias, branch = a_res * mult, bias * mult, branch * mult
         r = a_res + eye * x[None, :, :]
         m = np.zeros((n, d))
         if ref.parallel:
@@ -583,7 +600,7 @@ def reference(
             x_next = z
         elif ref.pre_ln:
             ff_out = ref.mlp(L, y)
-            x_next = z + (L.ff_post(ff_out) if L.ff_post is not None else ff_out)
+            x_next = z + mult * (L.ff_post(ff_out) if L.ff_post is not None else ff_out)
         else:  # post-LN (OPT-350m): LN1 after attention, LN2 after the MLP
             x_next = L.ln2(y + ref.mlp(L, y))
         attn_w = 1.0 - np.array([alpha[:, i, i].mean() for i in range(n)])
@@ -632,7 +649,16 @@ def _ff(ref: Reference, li: int, L: Layer, x, F, r, s, norm, bias) -> dict[str, 
     gamma = None if following is None else following.gamma  # None: no norm (OLMo-2)
     centred = following is not None and following.kind != "rms"
     out = ff_measures(
-        y_parts, y_bias, res_parts, res_bias, L.mlp, act, gamma, centred, branch=L.ff_post
+        y_parts,
+        y_bias,
+        res_parts,
+        res_bias,
+        L.mlp,
+        act,
+        gamma,
+        centred,
+        branch=L.ff_post,
+        multiplier=ref.branch_multiplier,
     )
     return {k: v for k, v in out.items() if not k.startswith("_")}
 

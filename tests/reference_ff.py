@@ -76,6 +76,7 @@ def ff_measures(
     norm_centre: bool,
     *,
     branch=None,
+    multiplier: float = 1.0,
     steps: int = STEPS,
 ) -> dict[str, np.ndarray]:
     """ff_n, ffres_n, ffresln_n of every token, and the rebuilt FF output and stream.
@@ -87,6 +88,7 @@ def ff_measures(
     FF's residual (its shared scale cancels in the ratio; None: no norm stands there).
     ``branch``: a norm inside the FF branch (Gemma, OLMo-2), with ``gamma``, ``beta``,
     ``centre(v)`` and ``scale(v)``: the FF's parts through it, with the real output's scale.
+    ``multiplier``: the FF branch's output scaled before the residual add (Granite).
     """
     gated = len(mlp) == 3
     ins, (w_out, b_out) = mlp[:-1], mlp[-1]
@@ -113,6 +115,7 @@ def ff_measures(
         s_ff = branch.scale(ff_real)  # [n, 1]
         ff = branch.gamma * branch.centre(ff) / s_ff[:, :, None]
         ff_bias = branch.gamma * branch.centre(ff_bias) / s_ff + branch.beta
+    ff, ff_bias = ff * multiplier, ff_bias * multiplier
     P = ff + res_parts  # [n, n, d]
     if norm_gamma is None:
         N = P

@@ -283,6 +283,10 @@ def test_verify_catches_a_wrong_value_slice(tiny):
         ("olmo2", dict(norm_after="post_attention_layernorm", attn_branch_norm=None)),
         # OLMo-2 without its branch norm: the residual sums the raw attention output
         ("olmo2", dict(attn_branch_norm=None)),
+        # Granite's residual multiplier dropped: the branch added at full size
+        ("granite", dict(branch_multiplier_attr=None)),
+        # GPT-J read as a sequential block: its ln_1 taken for a norm after x + attention
+        ("gptj", dict(parallel_residual=False)),
     ],
 )
 def test_verify_catches_a_misread_block_layout(tiny, family, wrong):

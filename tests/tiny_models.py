@@ -43,6 +43,7 @@ DECODER_FAMILIES = (
     "gptj",  # parallel attention and MLP on one shared ln_1, interleaved partial rotary
     "stablelm",  # LayerNorm, partial rotary, q/k/v biases
     "stablelm-parallel",  # use_parallel_residual: the MLP on the shared input_layernorm
+    "granite",  # residual, embedding and attention multipliers
 )
 
 
@@ -140,7 +141,7 @@ def _decoder_config(family: str):
 
 #: the 2024–26 layouts and the families added with them (tests of the block's chain)
 NEWER = ("qwen3", "gemma3", "olmo2", "gemma2", "smollm3", "phi3", "gptj", "stablelm",
-         "stablelm-parallel")  # fmt: skip
+         "stablelm-parallel", "granite")  # fmt: skip
 
 
 def _newer_config(family: str, ids: dict, llama_like: dict):
@@ -148,6 +149,7 @@ def _newer_config(family: str, ids: dict, llama_like: dict):
         Gemma2Config,
         Gemma3TextConfig,
         GPTJConfig,
+        GraniteConfig,
         Olmo2Config,
         Phi3Config,
         Qwen3Config,
@@ -196,6 +198,12 @@ def _newer_config(family: str, ids: dict, llama_like: dict):
             use_qkv_bias=True,
             use_parallel_residual=family == "stablelm-parallel",
             hidden_dropout=0.0,
+        )
+    if family == "granite":
+        multipliers = dict(residual_multiplier=0.37, embedding_multiplier=3.0)
+        biases = dict(attention_bias=True, mlp_bias=True)
+        return GraniteConfig(
+            **llama_like, num_key_value_heads=2, attention_multiplier=0.2, **multipliers, **biases
         )
     if family == "olmo2":
         return Olmo2Config(**llama_like, num_key_value_heads=2)

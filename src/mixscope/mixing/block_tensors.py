@@ -88,6 +88,8 @@ class BlockParams:
     ff_norm: NormParams | None = None
     #: the feed-forward block, where a selected group reads it; None otherwise
     ff: FFParams | None = None
+    #: each branch's output scaled before the residual add (Granite's residual_multiplier)
+    branch_scale: float = 1.0
 
     @property
     def head_dim(self) -> int:

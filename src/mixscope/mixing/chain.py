@@ -114,6 +114,14 @@ class Parts:
         context = None if p.context is None else _split(p.context, n)
         return Parts(_split(p.own, n), context, _split(p.bias, n), s.reciprocal(), n.beta)
 
+    def times(self, c: float) -> Parts:
+        """Every part scaled by the constant ``c`` (Granite's residual multiplier)."""
+        if c == 1.0:
+            return self
+        p = self.applied()
+        context = None if p.context is None else p.context * c
+        return Parts(p.own * c, context, p.bias * c)
+
     def plus_own(self, v: torch.Tensor) -> Parts:
         """The residual add of the token's own vector ``v`` [..., hidden] (x_i; m_i)."""
         p = self.applied()
@@ -174,12 +182,13 @@ class BlockChain:
 
     @cached_property
     def branch(self) -> Parts:
-        """The attention branch after the norm inside it (s of the real branch output);
-        the branch itself where none stands."""
+        """The attention branch after the norm inside it (s of the real branch output;
+        the branch itself where none stands), times the branch's multiplier."""
         n = self.p.attn_branch_norm
-        if n is None:
-            return self.attn
-        return self.attn.through_norm(n, norm_scale(self.t.attn_out, n))
+        parts = (
+            self.attn if n is None else self.attn.through_norm(n, norm_scale(self.t.attn_out, n))
+        )
+        return parts.times(self.p.branch_scale)
 
     @cached_property
     def attnres(self) -> Parts:
@@ -232,11 +241,12 @@ class BlockChain:
 
 def ff_residual(p: BlockParams, stream: Parts, ff: Parts, ff_out: torch.Tensor) -> Parts:
     """``ffres`` of some tokens: the FF's parts through the norm inside the FF branch (s
-    of the real FF output ``ff_out``; none in most families), plus the residual
+    of the real FF output ``ff_out``; none in most families), times the branch's
+    multiplier (Granite), plus the residual
     ``stream`` (the same tokens of :attr:`BlockChain.ff_stream`). The norm after it is
     ``p.ff_norm`` (the identity where None): :meth:`Parts.ratio_after` for a ratio,
     :meth:`Parts.through_norm` with its real input's s for the exact vector."""
     n = p.ff_branch_norm
     if n is not None:
         ff = ff.through_norm(n, norm_scale(ff_out, n))
-    return stream.plus(ff)
+    return stream.plus(ff.times(p.branch_scale))

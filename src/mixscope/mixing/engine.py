@@ -262,6 +262,11 @@ class MixingEngine:
             heads=heads,
             kv_heads=kv_heads,
             attn_branch_norm=norm_at(a.attn_branch_norm),
+            branch_scale=(
+                float(getattr(self.loaded.model.config, a.branch_multiplier_attr))
+                if a.branch_multiplier_attr
+                else 1.0
+            ),
         )
         if self.ff_norms:
             norm = self.ff_norms[idx]

@@ -32,8 +32,8 @@ def pair_norms(block: BlockChain, causal: bool = False) -> torch.Tensor:
     """‖a_ij‖, ‖r_ij‖, ‖F_i(x_j)‖: [measure, batch, seq(i), seq(j)] in ``PAIR_MEASURES``.
 
     The off-diagonal parts are the attention's, through the block's chain: the norm inside
-    the branch (its 1/s of query i's real branch output) and the norm after the residual
-    sum; the diagonal is the chain's own part of each scope. ``causal``: the entries
+    the branch (its 1/s of query i's real branch output), the branch's multiplier and the
+    norm after the residual sum; the diagonal is the chain's own part of each scope. ``causal``: the entries
     j > i (sources a causal query cannot see) are set to exactly 0.
     """
     t, p = block.t, block.p
@@ -45,10 +45,12 @@ def pair_norms(block: BlockChain, causal: bool = False) -> torch.Tensor:
         u = _split(f, p.attn_branch_norm)
         row = norm_scale(t.attn_out, p.attn_branch_norm).reciprocal()
     res = attn.clone() if row is None else _gram_norms(alpha, u) * row
+    m = abs(p.branch_scale)  # the branch's multiplier (Granite), 1 elsewhere
+    res = res * m
     if p.norm is None:  # nothing normalizes the sum: the next stage reads r_ij
         ln = res.clone()
     else:
-        ln = _gram_norms(alpha, _split(u, p.norm)) / block.s_norm
+        ln = _gram_norms(alpha, _split(u, p.norm)) / block.s_norm * m
         ln = ln if row is None else ln * row
     own = lambda parts: torch.linalg.vector_norm(parts.applied().own, dim=-1)  # noqa: E731
     res.diagonal(dim1=-2, dim2=-1).copy_(own(block.attnres))

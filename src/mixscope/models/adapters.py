@@ -99,6 +99,9 @@ class Adapter:
     ff_branch_norm: str | None = None
     # added to every norm's weight: Gemma's RMSNorm scales by 1 + weight
     gamma_offset: float = 0.0
+    # a config attribute scaling each branch's output before the residual add (Granite's
+    # ``residual_multiplier``): a linear step of the chain
+    branch_multiplier_attr: str | None = None
     # Configuration-dependent variants: (config attribute, value, overrides); the first whose
     # attribute equals the value is applied by :func:`adapter_for_config`.
     variants: tuple[tuple[str, Any, tuple[tuple[str, Any], ...]], ...] = ()
@@ -387,6 +390,18 @@ STABLELM = replace(
     ),
 )
 
+# Granite: Llama's block with each branch's output scaled by ``residual_multiplier`` before
+# the residual add (a linear step of the chain); its embedding and attention multipliers
+# change x and α only
+GRANITE = replace(
+    LLAMA,
+    family="granite",
+    model_types=("granite",),
+    names="Granite",
+    notes="`residual_multiplier` on each branch, `attention_multiplier` as the score scale",
+    branch_multiplier_attr="residual_multiplier",
+)
+
 ADAPTERS: tuple[Adapter, ...] = (
     BERT,
     ROBERTA,
@@ -401,6 +416,7 @@ ADAPTERS: tuple[Adapter, ...] = (
     PHI3,
     GPTJ,
     STABLELM,
+    GRANITE,
 )
 
 

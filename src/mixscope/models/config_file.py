@@ -43,6 +43,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "phi3": {"max_position_embeddings": 4096},
     "gptj": {"max_position_embeddings": 2048},
     "stablelm": {"max_position_embeddings": 4096, "use_parallel_residual": False},
+    "granite": {"max_position_embeddings": 2048},
     "opt": {"max_position_embeddings": 2048, "do_layer_norm_before": True},
 }
 
