@@ -33,8 +33,8 @@ def pair_norms(block: BlockChain, causal: bool = False) -> torch.Tensor:
 
     The off-diagonal parts are the attention's, through the block's chain: the norm inside
     the branch (its 1/s of query i's real branch output), the branch's multiplier and the
-    norm after the residual sum; the diagonal is the chain's own part of each scope. ``causal``: the entries
-    j > i (sources a causal query cannot see) are set to exactly 0.
+    norm after the residual sum; the diagonal is the chain's own part of each scope.
+    ``causal``: the entries j > i (sources a causal query cannot see) are set to exactly 0.
     """
     t, p = block.t, block.p
     alpha = t.full_alpha()  # [batch, heads, seq, seq]
