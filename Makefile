@@ -45,6 +45,8 @@ bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/engine.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder gpt2 --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder llama --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder gemma3 --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder olmo2 --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/attention.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ff.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/host.py --save

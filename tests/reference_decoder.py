@@ -165,6 +165,27 @@ LAYOUTS = {
         "embedding_multiplier": "embedding_multiplier",
         "score_multiplier": "attention_multiplier",
     },
+    # ModernBERT: a pre-LN *encoder* (no causal mask; bidirectional windows |i − j| <= w on
+    # its local layers), embeddings normed, LayerNorms without bias, layer 0's attention norm
+    # the identity, fused [q | k | v] and GeGLU [input | gate], rotary bases per layer type
+    "modernbert": {
+        "layers": "layers",
+        "embed": "embeddings.tok_embeddings",
+        "embed_norm": "embeddings.norm",
+        "ln1": "attn_norm",
+        "ln2": "mlp_norm",
+        "qkv": "attn.Wqkv",
+        "o": "attn.Wo",
+        "mlp": "gated_fused",
+        "mlp_paths": ("mlp.Wi", "mlp.Wo"),
+        "act": "hidden_activation",
+        "norm": "layer",
+        "eps": "eps",
+        "rotary": True,
+        "causal": False,
+        "window": "sliding_window",
+        "final": "final_norm",
+    },
     # no input norms: attention and FF read the stream raw, their outputs normed inside the
     # branches; q/k RMSNorms over the whole projection (all heads at once)
     "olmo2": {
@@ -321,7 +342,9 @@ class Reference:
         except AttributeError:
             return None
 
-    def _norm(self, mod) -> Norm:
+    def _norm(self, mod) -> Norm | None:
+        if isinstance(mod, torch.nn.Identity):  # ModernBERT's first attention norm
+            return None
         d = self.d
         w = getattr(mod, "weight", None)
         b = getattr(mod, "bias", None)
@@ -417,6 +440,10 @@ class Reference:
         if "positions" in lay:
             table = _np(self.model.get_submodule(lay["positions"]).weight)
             x = x + table[np.arange(len(ids)) + lay.get("position_offset", 0)]
+        if "embed_norm" in lay:  # ModernBERT normalizes its embeddings
+            norm = self._norm(self.model.get_submodule(lay["embed_norm"]))
+            assert norm is not None
+            x = norm(x)
         if lay.get("embed_scale"):  # Gemma: embeddings times √hidden
             x = x * np.sqrt(self.d)
         if "embedding_multiplier" in lay:  # Granite
@@ -468,9 +495,14 @@ class Reference:
         if cap is not None:
             scores = cap * np.tanh(scores / cap)
         i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-        allowed = j <= i
-        if L.window is not None:
-            allowed &= j > i - L.window
+        if self.lay.get("causal", True):
+            allowed = j <= i
+            if L.window is not None:
+                allowed &= j > i - L.window
+        else:  # an encoder: every key, within a bidirectional window on local layers
+            allowed = np.ones((n, n), dtype=bool)
+            if L.window is not None:
+                allowed &= np.abs(i - j) <= L.window
         scores = np.where(allowed[None], scores, -np.inf)
         scores = scores - scores.max(axis=-1, keepdims=True)
         e = np.exp(scores)  # exactly 0 where masked

@@ -21,7 +21,14 @@ from mixscope.models.resolve import (
     resolved_measures,
 )
 from run_helpers import DEMO
-from tiny_models import DECODER_FAMILIES, FAMILIES, _config, minilm_dir, tokenizer
+from tiny_models import (
+    DECODER_FAMILIES,
+    FAMILIES,
+    PRE_LN_ENCODERS,
+    _config,
+    minilm_dir,
+    tokenizer,
+)
 
 
 def read_attributes(model_type: str) -> set[str]:
@@ -75,7 +82,7 @@ def assert_as_transformers(path, model_type: str) -> None:
     assert resolved_max_length(str(path), None) == position_limit(full, full_tok)
 
 
-@pytest.mark.parametrize("family", FAMILIES + DECODER_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + DECODER_FAMILIES + PRE_LN_ENCODERS)
 def test_a_saved_family_reads_as_transformers_reads_it(family, tmp_path):
     config = _config(family)
     path = save(config, tmp_path)

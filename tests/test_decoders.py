@@ -23,7 +23,10 @@ from mixscope.mixing.batches import run_batches
 from mixscope.mixing.engine import MixingEngine
 from mixscope.models.adapters import adapter_for_config
 from mixscope.models.loading import load
-from tiny_models import DECODER_FAMILIES
+from tiny_models import DECODER_FAMILIES, PRE_LN_ENCODERS
+
+#: every block the decoder reference rebuilds: pre-LN decoders and encoders (ModernBERT)
+PRE_LN = DECODER_FAMILIES + PRE_LN_ENCODERS
 
 TOL = {"float64": 1e-5, "float32": 1e-4}
 
@@ -96,7 +99,7 @@ def _analyze(model, tok, texts, dtype: str, side: str, **kw):
 # ---------------------------------------------------------------- the reference itself
 
 
-@pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.parametrize("family", PRE_LN)
 def test_reference_matches_model(tiny, family):
     """The reference's own forward rebuilds the model: layer inputs, α, z, norm outputs."""
     model, tok = tiny(family, torch.float64)
@@ -118,13 +121,17 @@ def test_reference_matches_model(tiny, family):
             # the identity in the reference's own float64 arithmetic
             assert np.abs(b.rebuilt - b.y).max() <= 1e-10
             assert np.allclose(b.alpha.sum(axis=-1), 1.0)
-            future = np.triu(np.ones((n, n), dtype=bool), 1)
-            assert (b.alpha[:, future] == 0).all()  # causal: exactly 0 for j > i
-            assert np.array_equal(b.measures["attn_n"][:1], [0.0])  # first token: no context
+            if family in DECODER_FAMILIES:
+                future = np.triu(np.ones((n, n), dtype=bool), 1)
+                assert (b.alpha[:, future] == 0).all()  # causal: exactly 0 for j > i
+                assert np.array_equal(b.measures["attn_n"][:1], [0.0])  # first: no context
             _note(f"reference-vs-model/{family}", float(np.abs(b.rebuilt - real.y[li]).max()))
+        i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         if family == "mistral":  # sliding window of 6: key j visible to i only if j > i - 6
-            i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
             assert (ref.layers[0].alpha[:, j <= i - 6] == 0).all()
+        if family == "modernbert":  # the local layer: |i − j| <= 2 both ways; global: all
+            assert (ref.layers[1].alpha[:, np.abs(i - j) > 2] == 0).all()
+            assert (ref.layers[0].alpha > 0).all()
 
 
 def test_parallel_residual_needs_the_mlp_in_the_own_part(tiny):
@@ -168,13 +175,13 @@ def _compare(tiny, family: str, dtype: str, side: str) -> float:
     return worst
 
 
-@pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.parametrize("family", PRE_LN)
 def test_measures_float64(tiny, family):
     for side in SIDES:
         _note(f"measures/{family}/float64", _compare(tiny, family, "float64", side))
 
 
-@pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.parametrize("family", PRE_LN)
 def test_measures_float32(tiny, family):
     """The engine on the float32 copy (same parameter values) against the float64 reference."""
     for side in SIDES:
@@ -194,7 +201,7 @@ def test_first_token_is_exactly_zero(tiny, family):
             assert (values[~first] > 0).any(), name  # the others do mix
 
 
-@pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.parametrize("family", PRE_LN)
 def test_padding_side_invariance(tiny, family):
     """Left or right padding in a batch gives the unpadded sequence's numbers (float32)."""
     model, tok = tiny(family, torch.float32)
@@ -214,7 +221,7 @@ def test_padding_side_invariance(tiny, family):
     _note(f"padding/{family}/float32", worst)
 
 
-@pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.parametrize("family", PRE_LN)
 def test_contribution_maps(tiny, family):
     model, tok = tiny(family, torch.float64)
     worst = 0.0
@@ -231,7 +238,8 @@ def test_contribution_maps(tiny, family):
                 got = getattr(cm, name).astype(np.float64)
                 want = ref.pairs(name)
                 assert got.shape == want.shape == (len(ref.layers), n, n)
-                assert (got[:, np.triu(np.ones((n, n), dtype=bool), 1)] == 0).all()  # j > i
+                if family in DECODER_FAMILIES:  # causal: no source after the query
+                    assert (got[:, np.triu(np.ones((n, n), dtype=bool), 1)] == 0).all()
                 # the maps come out in float32: 1e-5 relative to the largest norm
                 diff = float(np.abs(got - want).max()) / max(1.0, float(want.max()))
                 assert diff <= TOL["float64"], f"{name}: {diff:.3g}"
@@ -243,7 +251,7 @@ def test_contribution_maps(tiny, family):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.parametrize("family", PRE_LN)
 def test_verify_passes(tiny, family, dtype):
     model, tok = tiny(family, getattr(torch, dtype))
     engine = MixingEngine(load((model, tok)), verify=True)

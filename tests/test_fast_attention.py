@@ -24,7 +24,7 @@ from mixscope.mixing import fast_attention as FA
 from mixscope.mixing.batches import batch_size_for, run_batches
 from mixscope.mixing.engine import MixingEngine
 from mixscope.models.loading import load
-from tiny_models import DECODER_FAMILIES, FAMILIES
+from tiny_models import DECODER_FAMILIES, FAMILIES, PRE_LN_ENCODERS
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -185,7 +185,7 @@ def test_a_refusing_kernel_falls_back_with_one_warning(monkeypatch, caplog):
 
 # ---------------------------------------------------------------- every family, fast vs eager
 
-ALL = FAMILIES + DECODER_FAMILIES
+ALL = FAMILIES + DECODER_FAMILIES + PRE_LN_ENCODERS
 
 
 def _measures(loaded, seqs, attention, side, **kw):

@@ -21,7 +21,7 @@ import reference_decoder as RD
 from mixscope.errors import ExactnessError, MixscopeError
 from mixscope.mixing.measures import GROUPS, measure_set
 from mixscope.models.adapters import adapter_for_config
-from tiny_models import DECODER_FAMILIES, FAMILIES
+from tiny_models import DECODER_FAMILIES, FAMILIES, PRE_LN_ENCODERS
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -51,7 +51,7 @@ def _reference(model, tok, family: str, doc):
     key = (family, doc)
     if key not in _REFS:
         ids, types = _ids(tok, doc)
-        if family in DECODER_FAMILIES:
+        if family in DECODER_FAMILIES + PRE_LN_ENCODERS:  # pre-LN blocks
             ref = RD.reference(model, ids, layer_inputs=RD.capture(model, ids).x)
         else:
             ref = R.reference(model, ids, types)
@@ -103,7 +103,7 @@ def _compare(model, tok, family: str, attention: str, side: str) -> float:
 
 
 @pytest.mark.parametrize("attention", ["eager", "fast"])
-@pytest.mark.parametrize("family", FAMILIES + DECODER_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + DECODER_FAMILIES + PRE_LN_ENCODERS)
 def test_every_group_against_the_brute_force(tiny, family, attention):
     model, tok = tiny(family, torch.float64)
     for side in ("right", "left"):
@@ -125,7 +125,7 @@ def test_every_group_on_minilm(minilm_path):
     assert abs(sink_w.mean() - sink_n.mean()) > 0.01
 
 
-@pytest.mark.parametrize("family", FAMILIES + DECODER_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + DECODER_FAMILIES + PRE_LN_ENCODERS)
 def test_verify_checks_every_groups_identity(tiny, family):
     model, tok = tiny(family, torch.float64)
     table = mixscope.analyze((model, tok), TEXTS, measures="all", verify=True, batch_size=4)
@@ -264,7 +264,7 @@ def test_no_hook_is_left_when_registration_fails(tiny, monkeypatch):
     assert len(calls) == 7 and _hooks_left(model) == before
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, *DECODER_FAMILIES])
+@pytest.mark.parametrize("family", [*FAMILIES, *DECODER_FAMILIES, *PRE_LN_ENCODERS])
 def test_the_forward_ends_after_the_last_block_it_reads(tiny, family):
     """The forward pass stops once the last block is finished (capture.ForwardDone): with
     the default groups nothing reads the last block's feed-forward output where the block

@@ -139,6 +139,9 @@ def _decoder_config(family: str):
     raise ValueError(family)
 
 
+#: pre-LN encoders (tests/reference_decoder.py rebuilds them too, without the causal mask)
+PRE_LN_ENCODERS = ("modernbert",)
+
 #: the 2024–26 layouts and the families added with them (tests of the block's chain)
 NEWER = ("qwen3", "gemma3", "olmo2", "gemma2", "smollm3", "phi3", "gptj", "stablelm",
          "stablelm-parallel", "granite")  # fmt: skip
@@ -221,6 +224,30 @@ def _config(family: str):
 
     if family in DECODER_FAMILIES:
         return _decoder_config(family)
+    if family == "modernbert":  # global, local (window ±2), global; biases everywhere
+        from transformers import ModernBertConfig
+
+        return ModernBertConfig(
+            vocab_size=30522,
+            hidden_size=32,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            intermediate_size=48,
+            max_position_embeddings=80,
+            pad_token_id=0,
+            bos_token_id=101,
+            eos_token_id=102,
+            cls_token_id=101,
+            sep_token_id=102,
+            sliding_window=2,
+            layer_types=["full_attention", "sliding_attention", "full_attention"],
+            attention_bias=True,
+            mlp_bias=True,
+            norm_bias=True,
+            embedding_dropout=0.0,
+            attention_dropout=0.0,
+            mlp_dropout=0.0,
+        )
 
     common = dict(
         vocab_size=30522,

@@ -322,7 +322,14 @@ def first_weights(
 #: other argument with a value changes the attention (gpt-oss's learned sinks ``s_aux``,
 #: position biases, cross-attention): refused, never dropped
 READ_ELSEWHERE = frozenset(
-    {"position_ids", "sliding_window", "use_cache", "cache_position", "output_attentions"}
+    {
+        "position_ids",
+        "sliding_window",
+        "use_cache",
+        "cache_position",
+        "output_attentions",
+        "deterministic",  # ModernBERT's flag for flash-attention's backward pass
+    }
 )
 
 

@@ -402,6 +402,31 @@ GRANITE = replace(
     branch_multiplier_attr="residual_multiplier",
 )
 
+# ModernBERT: a pre-LN encoder (LayerNorm without bias; layer 0's attention norm is the
+# identity, which only the values see), fused ``Wqkv`` ([q | k | v]), GeGLU ``Wi`` (the
+# activated half first), global and bidirectional local (windowed) layers
+MODERNBERT = Adapter(
+    family="modernbert",
+    model_types=("modernbert",),
+    names="ModernBERT",
+    notes="fused `Wqkv`, GeGLU `Wi`, global and local (bidirectional window) layers",
+    layers="layers",
+    attention="attn",
+    value="attn.Wqkv",
+    value_layout="fused",
+    out_proj="attn.Wo",
+    norm_after="mlp_norm",
+    placement="pre",
+    next_norm="attn_norm",
+    final_norm="final_norm",
+    ff_in="mlp.Wi",
+    ff_fused_gate_up=True,
+    ff_act="mlp.act",
+    ff_out="mlp.Wo",
+    uses_token_type_ids=False,
+    position_ids=True,
+)
+
 ADAPTERS: tuple[Adapter, ...] = (
     BERT,
     ROBERTA,
@@ -417,6 +442,7 @@ ADAPTERS: tuple[Adapter, ...] = (
     GPTJ,
     STABLELM,
     GRANITE,
+    MODERNBERT,
 )
 
 

@@ -44,6 +44,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "gptj": {"max_position_embeddings": 2048},
     "stablelm": {"max_position_embeddings": 4096, "use_parallel_residual": False},
     "granite": {"max_position_embeddings": 2048},
+    "modernbert": {"max_position_embeddings": 8192},
     "opt": {"max_position_embeddings": 2048, "do_layer_norm_before": True},
 }
 
