@@ -105,6 +105,9 @@ LAYOUTS = {
         "embed_scale": True,
         "query_scalar": "query_pre_attn_scalar",
         "window": "sliding_window",
+        # EmbeddingGemma attends both ways: full layers see every key, sliding layers
+        # |i − j| < w (exclusive)
+        "bidirectional": "use_bidirectional_attention",
     },
     # Gemma-2: Gemma-3's sandwich without q/k norms, scores soft-capped c · tanh(s / c)
     "gemma2": {
@@ -237,6 +240,25 @@ def _act(name: str, x: np.ndarray) -> np.ndarray:
     if name == "relu":
         return np.maximum(x, 0.0)
     raise ValueError(f"activation {name!r} not in the reference")
+
+
+def _llama3_frequencies(inv_freq: np.ndarray, rope: dict) -> np.ndarray:
+    """Llama-3's scaled rotary frequencies (Meta's reference): wavelengths longer than the
+    original context / low_freq_factor divided by ``factor``, shorter than it /
+    high_freq_factor kept, those between interpolated linearly in context / wavelength."""
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    context = rope["original_max_position_embeddings"]
+    out = []
+    for f in inv_freq:
+        wavelength = 2 * np.pi / f
+        if wavelength < context / high:
+            out.append(f)
+        elif wavelength > context / low:
+            out.append(f / factor)
+        else:
+            smooth = (context / wavelength - low) / (high - low)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return np.array(out)
 
 
 def _rotary_interleaved(t: np.ndarray, rot: int, theta: float = 10000.0) -> np.ndarray:
@@ -462,6 +484,8 @@ class Reference:
         rot = int(self.dh * partial)
         n = t.shape[1]
         inv_freq = 1.0 / theta ** (np.arange(0, rot, 2, dtype=np.float64) / rot)
+        if rope.get("rope_type") == "llama3":
+            inv_freq = _llama3_frequencies(inv_freq, rope)
         freqs = np.arange(n, dtype=np.float64)[:, None] * inv_freq[None, :]  # [n, rot/2]
         emb = np.concatenate([freqs, freqs], axis=-1)  # [n, rot]
         cos, sin = np.cos(emb), np.sin(emb)
@@ -495,7 +519,12 @@ class Reference:
         if cap is not None:
             scores = cap * np.tanh(scores / cap)
         i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-        if self.lay.get("causal", True):
+        both_ways = bool(getattr(self.cfg, self.lay.get("bidirectional", ""), False))
+        if both_ways:  # EmbeddingGemma: |i − j| < w on sliding layers (exclusive)
+            allowed = np.ones((n, n), dtype=bool)
+            if L.window is not None:
+                allowed &= np.abs(i - j) < L.window
+        elif self.lay.get("causal", True):
             allowed = j <= i
             if L.window is not None:
                 allowed &= j > i - L.window

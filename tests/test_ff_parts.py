@@ -87,15 +87,15 @@ def test_every_family_names_its_feed_forward():
 
 def test_the_identity_catches_a_wrong_activation(tiny, monkeypatch):
     """Negative control: GELU read as ReLU (φ(h)/h wrong where h < 0)."""
-    from mixscope.mixing.engine import MixingEngine
+    from mixscope.mixing.block_weights import BlockWeights
 
     model, tok = tiny("bert", torch.float64)
-    real = MixingEngine._ff_params
+    real = BlockWeights.ff
 
     def relu(self, *args):
         return dataclasses.replace(real(self, *args), act=torch.relu)
 
-    monkeypatch.setattr(MixingEngine, "_ff_params", relu)
+    monkeypatch.setattr(BlockWeights, "ff", relu)
     with pytest.raises(ExactnessError, match="FF output"):
         mixscope.analyze((model, tok), TEXTS, measures=["ff"], verify=True)
 
@@ -103,15 +103,15 @@ def test_the_identity_catches_a_wrong_activation(tiny, monkeypatch):
 def test_the_identity_catches_a_wrong_placement(tiny, monkeypatch):
     """Negative control: GPT-NeoX's parallel FF read as sequential (the FF input from the
     attention block's parts instead of N_in(x))."""
-    from mixscope.mixing.engine import MixingEngine
+    from mixscope.mixing.block_weights import BlockWeights
 
     model, tok = tiny("gpt-neox", torch.float64)
-    real = MixingEngine._ff_params
+    real = BlockWeights.ff
 
     def sequential(self, *args):
         return dataclasses.replace(real(self, *args), placement="pre", input_norm=None)
 
-    monkeypatch.setattr(MixingEngine, "_ff_params", sequential)
+    monkeypatch.setattr(BlockWeights, "ff", sequential)
     with pytest.raises(ExactnessError, match="FF"):
         mixscope.analyze((model, tok), TEXTS, measures=["ff"], verify=True)
 
@@ -141,14 +141,14 @@ def test_float32_agrees_with_float64(tiny):
 def test_the_bias_free_shortcut_changes_no_number(tiny, monkeypatch):
     """Mistral has no b_O, β or b₁: its FF's context part is the real output minus the own
     part (one W₂ pass fewer); forced through the general path it gives the same values."""
-    from mixscope.mixing import engine as engine_module
+    from mixscope.mixing import block_weights
     from mixscope.mixing.engine import MixingEngine
     from mixscope.models.loading import load
 
     model, tok = tiny("mistral", torch.float64)
     assert all(p.ff.bias_free for p in MixingEngine(load((model, tok)), measures="ff").params)
     short = mixscope.analyze((model, tok), TEXTS, measures="ff", attention="fast")
-    monkeypatch.setattr(engine_module, "_ff_bias_free", lambda *_a: False)
+    monkeypatch.setattr(block_weights, "ff_bias_free", lambda *_a: False)
     general = mixscope.analyze((model, tok), TEXTS, measures="ff", attention="fast")
     for c in ("ff_n", "ffres_n", "ffresln_n"):
         assert np.allclose(short[c].to_numpy(), general[c].to_numpy(), atol=1e-7), c

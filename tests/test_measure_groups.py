@@ -335,3 +335,33 @@ def test_first_position_weights_only_where_a_group_reads_them(tiny, measures, co
     finally:
         handle.remove()
     assert isinstance(seen[0], FastWeights) and (seen[0].first is not None) == computed
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "gpt-neox", "opt-post"])
+def test_the_chain_s_fused_ratios_are_its_scopes_ratios(tiny, family, monkeypatch):
+    """BlockChain.attention_ratios: the in-place pass down a plain chain (the paper group's
+    hot path) gives the same bits as the ratios of the cached scopes."""
+    from mixscope.mixing.block_tensors import BlockTensors
+    from mixscope.mixing.chain import BlockChain
+    from mixscope.mixing.engine import MixingEngine
+
+    model, tok = tiny(family, torch.float64)
+    blocks = []
+    real = MixingEngine._finish
+
+    def keep(self, idx, store, out, pairs):
+        blocks.append((dict(store), self.params[idx]))
+        return real(self, idx, store, out, pairs)
+
+    monkeypatch.setattr(MixingEngine, "_finish", keep)
+    mixscope.analyze((model, tok), TEXTS, batch_size=4)
+    assert blocks
+    for store, p in blocks:
+        captured = {k: store[k] for k in ("x", "values", "alpha_self", "attn_out", "z", "y")}
+        t = BlockTensors(**captured, extra=store.get("extra"))
+        fused = BlockChain(t, p).attention_ratios()
+        chain = BlockChain(t, p)
+        scopes = (chain.attn.ratio(), chain.attnres.ratio(), chain.attnresln.ratio())
+        assert chain.attention_ratios()[2] is not None  # the cached path now
+        for a, b in zip(fused, scopes, strict=True):
+            assert torch.equal(a, b)

@@ -44,6 +44,8 @@ DECODER_FAMILIES = (
     "stablelm",  # LayerNorm, partial rotary, q/k/v biases
     "stablelm-parallel",  # use_parallel_residual: the MLP on the shared input_layernorm
     "granite",  # residual, embedding and attention multipliers
+    "embeddinggemma",  # Gemma-3's block attending both ways (use_bidirectional_attention)
+    "llama3-rope",  # Llama with Llama-3's scaled rotary frequencies (every regime)
 )
 
 
@@ -109,6 +111,8 @@ def _decoder_config(family: str):
         rms_norm_eps=1e-5,
         attention_dropout=0.0,
     )
+    if family in NEWER:
+        return _newer_config(family, ids, llama_like)
     if family.startswith("llama"):
         kv = {"llama": 4, "llama-gqa2": 2, "llama-mqa": 1}[family]
         return LlamaConfig(
@@ -122,8 +126,6 @@ def _decoder_config(family: str):
         return MistralConfig(**llama_like, num_key_value_heads=2, sliding_window=6)
     if family == "qwen2":
         return Qwen2Config(**llama_like, num_key_value_heads=2)
-    if family in NEWER:
-        return _newer_config(family, ids, llama_like)
     if family in ("opt", "opt-post"):
         return OPTConfig(
             **ids,
@@ -144,7 +146,7 @@ PRE_LN_ENCODERS = ("modernbert",)
 
 #: the 2024–26 layouts and the families added with them (tests of the block's chain)
 NEWER = ("qwen3", "gemma3", "olmo2", "gemma2", "smollm3", "phi3", "gptj", "stablelm",
-         "stablelm-parallel", "granite")  # fmt: skip
+         "stablelm-parallel", "granite", "embeddinggemma", "llama3-rope")  # fmt: skip
 
 
 def _newer_config(family: str, ids: dict, llama_like: dict):
@@ -169,8 +171,17 @@ def _newer_config(family: str, ids: dict, llama_like: dict):
     )
     if family == "qwen3":
         return Qwen3Config(**llama_like, num_key_value_heads=2, head_dim=8)
-    if family == "gemma3":
-        return Gemma3TextConfig(**{**llama_like, "num_hidden_layers": 3}, **gemma)
+    if family in ("gemma3", "embeddinggemma"):
+        both_ways = family == "embeddinggemma"
+        return Gemma3TextConfig(
+            **{**llama_like, "num_hidden_layers": 3}, **gemma, use_bidirectional_attention=both_ways
+        )
+    if family == "llama3-rope":  # an original context of 16: short, medium and long waves
+        from transformers import LlamaConfig
+
+        rope = dict(rope_type="llama3", rope_theta=500.0, factor=4.0, low_freq_factor=1.0)
+        rope.update(high_freq_factor=4.0, original_max_position_embeddings=16)
+        return LlamaConfig(**llama_like, num_key_value_heads=2, rope_parameters=rope)
     if family == "gemma2":
         cap = dict(attn_logit_softcapping=2.0)
         return Gemma2Config(**{**llama_like, "num_hidden_layers": 3}, **gemma, **cap)

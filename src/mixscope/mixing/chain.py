@@ -32,7 +32,8 @@ groups' own arithmetic did before this module existed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
@@ -41,7 +42,6 @@ from mixscope.mixing.block_tensors import (
     BlockParams,
     BlockTensors,
     NormParams,
-    centre,
     norm_scale,
 )
 from mixscope.mixing.ratios import norm_ratio, self_attention_vector
@@ -52,8 +52,10 @@ def _norm(v: torch.Tensor) -> torch.Tensor:
 
 
 def _split(v: torch.Tensor, n: NormParams) -> torch.Tensor:
-    """γ ⊙ centre(v): a norm's split of one part, without its 1/s (new tensor)."""
-    return centre(v, n.norm_kind) * n.gamma
+    """γ ⊙ centre(v): a norm's split of one part, without its 1/s (one new tensor)."""
+    if n.norm_kind == "rms":
+        return v * n.gamma
+    return torch.sub(v, v.mean(dim=-1, keepdim=True)).mul_(n.gamma)
 
 
 @dataclass(frozen=True)
@@ -63,14 +65,25 @@ class Parts:
     Shapes ``[..., hidden]`` (``[batch, seq, hidden]`` or flattened ``[tokens, hidden]``);
     ``bias`` may be ``[hidden]`` while it is the same for every token; ``scale`` is
     ``[..., 1]`` (a norm's 1/s, deferred) and ``shift`` ``[hidden]`` (a norm's β), None for
-    1 and 0. ``context`` is None where no other token contributes (a parallel residual's
-    FF reads x_i alone)."""
+    1 and 0 (``scale`` may be a function that computes it when first needed). ``context``
+    is None where no other token contributes (a parallel residual's FF reads x_i alone)."""
 
     own: torch.Tensor
     context: torch.Tensor | None
     bias: torch.Tensor
-    scale: torch.Tensor | None = None
+    #: a tensor, or a function giving it on first need: a ratio never needs the scale, so
+    #: the real input's s (a reduction over [..., hidden]) is taken only where applied
+    scale: torch.Tensor | Callable[[], torch.Tensor] | None = None
     shift: torch.Tensor | None = None
+    #: ‖context‖ per token once taken, shared by the scopes that keep the same context
+    #: tensor (the residual add changes only the own part)
+    norms: dict[str, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+
+    def context_norm(self) -> torch.Tensor:
+        assert self.context is not None
+        if "context" not in self.norms:
+            self.norms["context"] = _norm(self.context)
+        return self.norms["context"]
 
     def ratio(self) -> torch.Tensor:
         """‖context‖ / (‖context‖ + ‖own‖) per token (the scale cancels): [...]; 0 without
@@ -78,7 +91,7 @@ class Parts:
         n_own = _norm(self.own)
         if self.context is None:
             return torch.zeros_like(n_own)
-        return norm_ratio(_norm(self.context), n_own)
+        return norm_ratio(self.context_norm(), n_own)
 
     def ratio_after(self, n: NormParams) -> torch.Tensor:
         """:meth:`ratio` of the parts through the norm ``n`` (its 1/s cancels too)."""
@@ -86,11 +99,16 @@ class Parts:
             return torch.zeros_like(_norm(self.own))
         return norm_ratio(_norm(_split(self.context, n)), _norm(_split(self.own, n)))
 
+    def scale_tensor(self) -> torch.Tensor | None:
+        """The deferred per-token factor [..., 1], computed now if it was deferred."""
+        s = self.scale
+        return s() if callable(s) else s
+
     def applied(self) -> Parts:
         """The same vector with scale and shift applied to the parts (bias per token)."""
         if self.scale is None and self.shift is None:
             return self
-        own, context, bias, s = self.own, self.context, self.bias, self.scale
+        own, context, bias, s = self.own, self.context, self.bias, self.scale_tensor()
         if s is not None:
             own, bias = own * s, bias * s
             context = None if context is None else context * s
@@ -104,15 +122,18 @@ class Parts:
         out = p.own + p.bias
         return out if p.context is None else out + p.context
 
-    def through_norm(self, n: NormParams | None, s: torch.Tensor) -> Parts:
+    def through_norm(
+        self, n: NormParams | None, s: torch.Tensor | Callable[[], torch.Tensor]
+    ) -> Parts:
         """The distributive split of ``N(v) = γ ⊙ centre(v) / s + β`` with ``s`` [..., 1]
-        the real input's (held fixed): each part γ ⊙ centre(part), 1/s deferred, β the
-        shift. ``n`` None: no norm stands here, the identity."""
+        the real input's (held fixed; or a function computing it when first needed): each
+        part γ ⊙ centre(part), 1/s deferred, β the shift. ``n`` None: the identity."""
         if n is None:
             return self
         p = self.applied()
         context = None if p.context is None else _split(p.context, n)
-        return Parts(_split(p.own, n), context, _split(p.bias, n), s.reciprocal(), n.beta)
+        inverse = (lambda: s().reciprocal()) if callable(s) else s.reciprocal()
+        return Parts(_split(p.own, n), context, _split(p.bias, n), inverse, n.beta)
 
     def times(self, c: float) -> Parts:
         """Every part scaled by the constant ``c`` (Granite's residual multiplier)."""
@@ -125,7 +146,8 @@ class Parts:
     def plus_own(self, v: torch.Tensor) -> Parts:
         """The residual add of the token's own vector ``v`` [..., hidden] (x_i; m_i)."""
         p = self.applied()
-        return Parts(p.own + v, p.context, p.bias)
+        shared = self.norms if p is self else {}  # the same context tensor: its norm too
+        return Parts(p.own + v, p.context, p.bias, norms=shared)
 
     def plus(self, other: Parts) -> Parts:
         """The sum of two split vectors (a residual stream and a branch's output)."""
@@ -149,7 +171,7 @@ class Parts:
             cut(self.own),  # type: ignore[arg-type]
             context,
             cut(self.bias, per_token=False),  # type: ignore[arg-type]
-            cut(self.scale),
+            cut(self.scale_tensor()),
             self.shift,
         )
 
@@ -169,6 +191,39 @@ class BlockChain:
         self.t, self.p = t, p
         self._attn_sum = attn_sum
 
+    def attention_ratios(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The ratios of ``attn``, ``attnres`` and ``attnresln`` per token, [batch, seq] each.
+
+        Where the chain's attention half is plain (no norm inside the branch, no branch
+        multiplier) and no group has asked for these scopes' vectors, one pass down the
+        chain on private temporaries, each step in place (the paper group's hot path: two
+        new [batch, seq, hidden] tensors per block); otherwise from the cached scopes.
+        Both give the same bits: the same operations in the same order."""
+        p, t = self.p, self.t
+        cached = {"attn", "attnres", "norm_input", "attnresln"} & set(vars(self))
+        if p.attn_branch_norm is not None or p.branch_scale != 1.0 or cached:
+            ln = self.attnresln
+            return self.attn.ratio(), self.attnres.ratio(), ln.ratio()
+        if self._attn_sum is not None:
+            context = self._attn_sum - self.a_self
+        else:
+            context = torch.sub(t.attn_out, p.b_out).sub_(self.a_self)  # Σ_{j≠i} a_ij
+        own = torch.add(self.a_self, t.x)  # r_ii = a_ii + x_i
+        n_context = _norm(context)
+        ratios = [norm_ratio(n_context, _norm(self.a_self)), norm_ratio(n_context, _norm(own))]
+        if t.extra is not None:  # a parallel residual's MLP output: the token's own
+            own.add_(t.extra)
+        n = p.norm
+        if n is None:  # no norm after the sum: the next stage reads it as it is
+            ratios.append(norm_ratio(n_context, _norm(own)))
+        else:  # γ ⊙ centre(·), in place on the temporaries (the shared 1/s cancels)
+            for v in (context, own):
+                if n.norm_kind != "rms":
+                    v.sub_(v.mean(dim=-1, keepdim=True))
+                v.mul_(n.gamma)
+            ratios.append(norm_ratio(_norm(context), _norm(own)))
+        return ratios[0], ratios[1], ratios[2]
+
     @cached_property
     def a_self(self) -> torch.Tensor:
         """a_ii = Σ_h α^h_ii f^h(x_i): [batch, seq, hidden]."""
@@ -177,8 +232,11 @@ class BlockChain:
     @cached_property
     def attn(self) -> Parts:
         """The attention branch: own a_ii, context Σ_{j≠i} a_ij, bias b_O."""
-        summed = self._attn_sum if self._attn_sum is not None else self.t.attn_out - self.p.b_out
-        return Parts(self.a_self, summed - self.a_self, self.p.b_out)
+        if self._attn_sum is not None:
+            context = self._attn_sum - self.a_self
+        else:  # Σ_{j≠i} a_ij = attention output − b_O − a_ii, one new tensor
+            context = torch.sub(self.t.attn_out, self.p.b_out).sub_(self.a_self)
+        return Parts(self.a_self, context, self.p.b_out)
 
     @cached_property
     def branch(self) -> Parts:
@@ -205,11 +263,14 @@ class BlockChain:
         """What the next stage reads: the norm after the residual sum applied to its
         parts (s of the real z), or ``norm_input`` where no norm stands there."""
         n = self.p.norm
-        return self.norm_input if n is None else self.norm_input.through_norm(n, self.s_norm)
+        if n is None:
+            return self.norm_input
+        return self.norm_input.through_norm(n, lambda: self.s_norm)
 
     @cached_property
     def s_norm(self) -> torch.Tensor:
-        """s(z_i) of the norm after the residual sum: [batch, seq, 1]."""
+        """s(z_i) of the norm after the residual sum: [batch, seq, 1] (taken once, where a
+        scope's real vector needs it: a ratio does not)."""
         assert self.p.norm is not None
         return norm_scale(self.t.z, self.p.norm)
 

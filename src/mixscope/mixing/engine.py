@@ -25,12 +25,12 @@ import torch
 
 from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
-from mixscope.mixing.block_tensors import BlockParams, BlockTensors, FFParams, NormParams, centre
+from mixscope.mixing.block_tensors import BlockParams, BlockTensors
+from mixscope.mixing.block_weights import BlockWeights
 from mixscope.mixing.capture import BASE, Capture, ForwardDone
 from mixscope.mixing.chain import BlockChain
 from mixscope.mixing.exactness import attention_sum, check_residuals
 from mixscope.mixing.fast_attention import FAST_ATTENTION, first_positions, register, release_masks
-from mixscope.mixing.ff_parts import slope_at_zero
 from mixscope.mixing.measures import GROUPS, MeasureSet, Selection, select
 from mixscope.mixing.measures.base import BatchInfo
 from mixscope.mixing.pairs import pair_norms
@@ -61,22 +61,6 @@ def attention_implementation(model: Any, name: str) -> Iterator[None]:
         yield
     finally:
         model.set_attn_implementation(current)
-
-
-def _ff_bias_free(ff: FFParams, p: BlockParams) -> bool:
-    """No bias part reaches the FF: its input projections have no bias, and no step of the
-    chain before it adds one (b_O after centring, a norm's β; with a parallel residual the
-    FF input's bias part is β_in alone)."""
-    if any(bool(b.any()) for b in ff.input_biases):
-        return False
-    if ff.placement == "parallel":
-        assert ff.input_norm is not None
-        return not bool(ff.input_norm.beta.any())
-    kinds = [n for n in (p.attn_branch_norm, p.norm) if n is not None]
-    kind = kinds[0].norm_kind if kinds else "rms"
-    if bool(centre(p.b_out.detach().float(), kind).any()):
-        return False
-    return not any(bool(n.beta.any()) for n in kinds)
 
 
 class MixingEngine:
@@ -146,6 +130,7 @@ class MixingEngine:
         kv_heads = (
             int(getattr(config, adapter.kv_heads_attr, heads)) if adapter.kv_heads_attr else heads
         )
+        self.weights = BlockWeights(loaded, self.stat_dtype)
         self.params = [self._block_params(idx, heads, kv_heads) for idx in range(len(self.blocks))]
 
     def _reads(self, point: str) -> bool:
@@ -179,103 +164,17 @@ class MixingEngine:
         """The columns of the engine's output, in order."""
         return self.selection.measures
 
-    def _norm_params(self, norm: Any, hidden: int, device: torch.device) -> NormParams:
-        """A norm's weights in statistics dtype (ones / zeros where it has none)."""
-        sd = self.stat_dtype
-        gamma = getattr(norm, "weight", None)  # None: a norm without elementwise affine
-        beta = getattr(norm, "bias", None)
-        zeros = torch.zeros(hidden, dtype=sd, device=device)
-        offset = self.loaded.adapter.gamma_offset  # Gemma's RMSNorm scales by 1 + weight
-        return NormParams(
-            gamma=gamma.detach().to(sd) + offset if gamma is not None else torch.ones_like(zeros),
-            beta=beta.detach().to(sd) if beta is not None else zeros,
-            eps=float(getattr(norm, self.loaded.adapter.norm_eps_attr)),
-            norm_kind=self.loaded.adapter.norm_kind,
-        )
-
-    def _ff_params(self, block: Any, hidden: int, device: torch.device) -> FFParams:
-        """The feed-forward's weights (model dtype, shared, not copied) and activation."""
-        a = self.loaded.adapter
-        assert a.ff_in and a.ff_act and a.ff_out
-        inputs = [block.get_submodule(a.ff_in)]
-        if a.ff_up:
-            inputs.append(block.get_submodule(a.ff_up))
-        out = block.get_submodule(a.ff_out)
-        sd = self.stat_dtype
-
-        def bias(module: Any, width: int) -> torch.Tensor:
-            b = getattr(module, "bias", None)
-            return (
-                b.detach().to(sd) if b is not None else torch.zeros(width, dtype=sd, device=device)
-            )
-
-        d_ff = out.weight.shape[0 if a.ff_transposed else 1]
-        act = block.get_submodule(a.ff_act)
-        parallel = a.parallel_residual
-        weights = [m.weight.detach() for m in inputs]
-        biases = [bias(m, 2 * d_ff if a.ff_fused_gate_up else d_ff) for m in inputs]
-        if a.ff_fused_gate_up:  # one [2 · d_ff, hidden] matrix: the gate's rows, the up's
-            weights, biases = list(weights[0].chunk(2, dim=0)), list(biases[0].chunk(2))
-        return FFParams(
-            inputs=tuple(weights),
-            input_biases=tuple(biases),
-            w_out=out.weight.detach(),
-            b_out=bias(out, hidden),
-            transposed=a.ff_transposed,
-            act=act,
-            slope0=slope_at_zero(act),
-            placement="parallel" if parallel else a.placement,
-            input_norm=(
-                self._norm_params(block.get_submodule(a.norm_after), hidden, device)
-                if parallel
-                else None
-            ),
-        )
-
     def _block_params(self, idx: int, heads: int, kv_heads: int) -> BlockParams:
-        a = self.loaded.adapter
-        block = self.blocks[idx]
-        out_proj = block.get_submodule(a.out_proj)
-        sd = self.stat_dtype
-        w_out = out_proj.weight.detach()
-        if a.out_proj_transposed:  # Conv1D keeps [in, out]
-            w_out = w_out.t()
-        w_out = w_out.to(sd).contiguous()  # [hidden, heads * head_dim]
-        hidden, device = w_out.shape[0], w_out.device
-        b_out = getattr(out_proj, "bias", None)
-
-        def norm_at(path: str | None) -> NormParams | None:
-            return (
-                None
-                if path is None
-                else self._norm_params(block.get_submodule(path), hidden, device)
-            )
-
-        p = BlockParams(
-            w_out=w_out,
-            b_out=b_out.detach().to(sd)
-            if b_out is not None
-            else torch.zeros(hidden, dtype=sd, device=device),
-            norm=None
-            if self.norm_is_identity
-            else self._norm_params(self.norms[idx], hidden, device),
+        """Block ``idx``'s weights for its chain's steps (mixing/block_weights.py)."""
+        ff_norms = self.ff_norms
+        return self.weights.block(
+            self.blocks[idx],
+            norm=None if self.norm_is_identity else self.norms[idx],
+            ff_norm=ff_norms[idx] if ff_norms else None,
             heads=heads,
             kv_heads=kv_heads,
-            attn_branch_norm=norm_at(a.attn_branch_norm),
-            branch_scale=(
-                float(getattr(self.loaded.model.config, a.branch_multiplier_attr))
-                if a.branch_multiplier_attr
-                else 1.0
-            ),
+            with_ff=self._reads("ff_in"),
         )
-        if self.ff_norms:
-            norm = self.ff_norms[idx]
-            p.ff_norm = None if norm is None else self._norm_params(norm, hidden, device)
-        if self._reads("ff_in"):
-            p.ff = self._ff_params(block, hidden, device)
-            p.ff_branch_norm = norm_at(a.ff_branch_norm)
-            p.ff.bias_free = _ff_bias_free(p.ff, p)
-        return p
 
     def no_context(self, valid: torch.Tensor) -> torch.Tensor:
         """Real tokens with no other real token to attend to: [batch, seq] bool.

@@ -36,7 +36,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2": {"max_position_embeddings": 32768},
     "qwen3": {"max_position_embeddings": 32768},
     "gemma2": {"max_position_embeddings": 8192},
-    "gemma3_text": {"max_position_embeddings": 131072},
+    "gemma3_text": {"max_position_embeddings": 131072, "use_bidirectional_attention": False},
     "olmo2": {"max_position_embeddings": 2048},
     "olmo3": {"max_position_embeddings": 2048},
     "smollm3": {"max_position_embeddings": 32768},

@@ -146,7 +146,8 @@ def ff_parts(ff: FFParams, y: Parts, pre: tuple[torch.Tensor, ...], ff_out: torc
     from mixscope.mixing.chain import Parts
     from mixscope.mixing.ff_parts import context_pre_activations, split_output
 
-    y_own = y.own if y.scale is None else y.own * y.scale  # the own part, scaled
+    y_scale = y.scale_tensor()
+    y_own = y.own if y_scale is None else y.own * y_scale  # the own part, scaled
     own_pre = tuple(project(y_own, w, ff.transposed) for w in ff.inputs)  # [tokens, d_ff]
     b_out = ff.b_out.to(y_own.dtype)
     if y.context is None or ff.bias_free:
@@ -157,7 +158,7 @@ def ff_parts(ff: FFParams, y: Parts, pre: tuple[torch.Tensor, ...], ff_out: torc
         return Parts(ff_own, torch.sub(ff_out, b_out).sub_(ff_own), b_out)
     if y.bias.dim() == 1:  # the bias part γ ⊙ centre(b) · scale + β: two matrix–vector products
         ones = torch.ones(*y_own.shape[:-1], 1, dtype=y_own.dtype, device=y_own.device)
-        scale = ones if y.scale is None else y.scale
+        scale = ones if y_scale is None else y_scale
         shift = torch.zeros_like(y.bias) if y.shift is None else y.shift
         context_pre = context_pre_activations(ff, pre, own_pre, y.bias, scale, shift)
     else:  # a per-token bias part (a norm inside the branch): projected as it is

@@ -49,15 +49,8 @@ class Paper(MeasureGroup):
 
         alpha_self = block.t.alpha_self.to(block.t.values.dtype)  # [batch, heads, seq]
         attn_w = 1.0 - alpha_self.mean(dim=1)  # [batch, seq]
-        out = torch.stack(
-            [
-                attn_w,
-                block.attn.ratio(),
-                attn_w / 2,
-                block.attnres.ratio(),
-                block.attnresln.ratio(),
-            ]
-        )  # [measure, batch, seq]
+        attn_n, attnres_n, attnresln_n = block.attention_ratios()
+        out = torch.stack([attn_w, attn_n, attn_w / 2, attnres_n, attnresln_n])
         # a token with nothing to mix in (a causal sequence's first): exactly 0, not the
         # float noise of attn_out − b_O − a_ii
         return out.masked_fill(batch.no_context.unsqueeze(0), 0.0)

@@ -1,0 +1,144 @@
+"""The weights each block's chain steps need, read from the model through its adapter.
+
+The engine asks once per block (``MixingEngine.params``): W_O and b_O, every norm of the
+chain (the norm after the attention's residual sum, the norms inside the branches, the
+norm after the FF's residual sum) in the statistics dtype with the adapter's γ offset,
+the branch multiplier, and the feed-forward's projections and activation where a selected
+group reads the FF. Everything family-specific here is adapter data; nothing branches on a
+family.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mixscope.mixing.block_tensors import BlockParams, FFParams, NormParams, centre
+from mixscope.mixing.ff_parts import slope_at_zero
+from mixscope.models.loading import LoadedModel
+
+
+def ff_bias_free(ff: FFParams, p: BlockParams) -> bool:
+    """No bias part reaches the FF: its input projections have no bias, and no step of the
+    chain before it adds one (b_O after centring, a norm's β; with a parallel residual the
+    FF input's bias part is β_in alone)."""
+    if any(bool(b.any()) for b in ff.input_biases):
+        return False
+    if ff.placement == "parallel":
+        assert ff.input_norm is not None
+        return not bool(ff.input_norm.beta.any())
+    kinds = [n for n in (p.attn_branch_norm, p.norm) if n is not None]
+    kind = kinds[0].norm_kind if kinds else "rms"
+    if bool(centre(p.b_out.detach().float(), kind).any()):
+        return False
+    return not any(bool(n.beta.any()) for n in kinds)
+
+
+class BlockWeights:
+    """Reads the chain's weights of any block of one loaded model."""
+
+    def __init__(self, loaded: LoadedModel, stat_dtype: torch.dtype) -> None:
+        self.loaded = loaded
+        self.stat_dtype = stat_dtype
+
+    def norm(self, norm: Any, hidden: int, device: torch.device) -> NormParams:
+        """A norm's weights in statistics dtype (ones / zeros where it has none)."""
+        sd = self.stat_dtype
+        gamma = getattr(norm, "weight", None)  # None: a norm without elementwise affine
+        beta = getattr(norm, "bias", None)
+        zeros = torch.zeros(hidden, dtype=sd, device=device)
+        offset = self.loaded.adapter.gamma_offset  # Gemma's RMSNorm scales by 1 + weight
+        return NormParams(
+            gamma=gamma.detach().to(sd) + offset if gamma is not None else torch.ones_like(zeros),
+            beta=beta.detach().to(sd) if beta is not None else zeros,
+            eps=float(getattr(norm, self.loaded.adapter.norm_eps_attr)),
+            norm_kind=self.loaded.adapter.norm_kind,
+        )
+
+    def ff(self, block: Any, hidden: int, device: torch.device) -> FFParams:
+        """The feed-forward's weights (model dtype, shared, not copied) and activation."""
+        a = self.loaded.adapter
+        assert a.ff_in and a.ff_act and a.ff_out
+        inputs = [block.get_submodule(a.ff_in)]
+        if a.ff_up:
+            inputs.append(block.get_submodule(a.ff_up))
+        out = block.get_submodule(a.ff_out)
+        sd = self.stat_dtype
+
+        def bias(module: Any, width: int) -> torch.Tensor:
+            b = getattr(module, "bias", None)
+            return (
+                b.detach().to(sd) if b is not None else torch.zeros(width, dtype=sd, device=device)
+            )
+
+        d_ff = out.weight.shape[0 if a.ff_transposed else 1]
+        act = block.get_submodule(a.ff_act)
+        parallel = a.parallel_residual
+        weights = [m.weight.detach() for m in inputs]
+        biases = [bias(m, 2 * d_ff if a.ff_fused_gate_up else d_ff) for m in inputs]
+        if a.ff_fused_gate_up:  # one [2 · d_ff, hidden] matrix: the gate's rows, the up's
+            weights, biases = list(weights[0].chunk(2, dim=0)), list(biases[0].chunk(2))
+        return FFParams(
+            inputs=tuple(weights),
+            input_biases=tuple(biases),
+            w_out=out.weight.detach(),
+            b_out=bias(out, hidden),
+            transposed=a.ff_transposed,
+            act=act,
+            slope0=slope_at_zero(act),
+            placement="parallel" if parallel else a.placement,
+            input_norm=(
+                self.norm(block.get_submodule(a.norm_after), hidden, device) if parallel else None
+            ),
+        )
+
+    def block(
+        self,
+        block: Any,
+        *,
+        norm: Any,
+        ff_norm: Any,
+        heads: int,
+        kv_heads: int,
+        with_ff: bool,
+    ) -> BlockParams:
+        """The weights of ``block``'s chain steps: W_O and b_O, the norm after the
+        attention's residual sum (``norm``; None: none stands there), the norm inside
+        each branch, the branch multiplier, and, ``with_ff``, the feed-forward and the norm
+        after its residual sum (``ff_norm``; None: the identity)."""
+        a = self.loaded.adapter
+        out_proj = block.get_submodule(a.out_proj)
+        sd = self.stat_dtype
+        w_out = out_proj.weight.detach()
+        if a.out_proj_transposed:  # Conv1D keeps [in, out]
+            w_out = w_out.t()
+        w_out = w_out.to(sd).contiguous()  # [hidden, heads * head_dim]
+        hidden, device = w_out.shape[0], w_out.device
+        b_out = getattr(out_proj, "bias", None)
+        zeros = torch.zeros(hidden, dtype=sd, device=device)
+
+        def norm_at(path: str | None) -> NormParams | None:
+            return None if path is None else self.norm(block.get_submodule(path), hidden, device)
+
+        config = self.loaded.model.config
+        p = BlockParams(
+            w_out=w_out,
+            b_out=b_out.detach().to(sd) if b_out is not None else zeros,
+            norm=None if norm is None else self.norm(norm, hidden, device),
+            heads=heads,
+            kv_heads=kv_heads,
+            attn_branch_norm=norm_at(a.attn_branch_norm),
+            branch_scale=(
+                float(getattr(config, a.branch_multiplier_attr))
+                if a.branch_multiplier_attr
+                else 1.0
+            ),
+        )
+        if ff_norm is not None:
+            p.ff_norm = self.norm(ff_norm, hidden, device)
+        if with_ff:
+            p.ff = self.ff(block, hidden, device)
+            p.ff_branch_norm = norm_at(a.ff_branch_norm)
+            p.ff.bias_free = ff_bias_free(p.ff, p)
+        return p
