@@ -61,3 +61,19 @@ def test_efficiency_benchmark_runs(tmp_path: Path) -> None:
     assert "bare forward" in out and "detail `none`" in out and "detail `sample`" in out
     assert "analysis over forward" in out and "host path" in out and "tail" in out
     assert list(tmp_path.iterdir()) == []  # its scratch folder is removed
+
+
+@pytest.mark.slow
+def test_decomposition_benchmark_runs() -> None:
+    """benchmarks/decomposition.py against a baseline revision (git archive of HEAD)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "decomposition.py"), "--baseline", "HEAD", "--reps", "1",
+         "--runs", "2", "--batch", "2", "--seq-len", "32"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "this / baseline **" in done.stdout
