@@ -476,3 +476,40 @@ def test_bfloat16_weights_float32_statistics(tiny):
         a, b = low[name].to_numpy(), full[name].to_numpy()
         assert a.dtype == np.float32 and (a >= 0).all() and (a <= 1).all()
         assert np.abs(a - b).mean() <= 0.05, name
+
+
+def test_a_multimodal_gemma3_checkpoint_runs_on_its_language_model(tiny, tmp_path):
+    """A ``gemma3`` (image and text) checkpoint: its text config picks the adapter, its
+    language model runs (the vision tower never does), from a loaded model and from a
+    directory, with the numbers of the same text model loaded alone."""
+    from transformers import AutoModel, Gemma3Config, SiglipVisionConfig
+
+    from mixscope.models.resolve import resolved_max_length
+    from tiny_models import _config
+
+    text, tok = tiny("gemma3", torch.float64)
+    vision = SiglipVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=28,
+        patch_size=14,
+    )
+    config = Gemma3Config(
+        text_config=_config("gemma3").to_dict(),
+        vision_config=vision.to_dict(),
+        mm_tokens_per_image=4,
+    )
+    both = AutoModel.from_config(config).to(torch.float64).eval()
+    both.language_model.load_state_dict(text.state_dict())
+    kwargs = dict(measures="all", dtype="float64", attention="eager")
+    alone = mixscope.analyze((text, tok), TEXTS, **kwargs)
+    multimodal = mixscope.analyze((both, tok), TEXTS, verify=True, **kwargs)
+    for c in alone.column_names:
+        assert alone[c].equals(multimodal[c]), c
+    both.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    assert resolved_max_length(str(tmp_path), None) == 80  # the text config's positions
+    from_dir = mixscope.analyze(str(tmp_path), TEXTS[:1], measures="paper", dtype="float64")
+    assert from_dir.num_rows > 0

@@ -1,23 +1,11 @@
-"""Architecture adapters: everything family-specific, as data.
+"""Architecture adapters: everything family-specific, as data, one ``Adapter`` per family.
 
-The engine (``mixing/``) never branches on the model family. It needs, per block, five
-tensors that every attention block has in some form, and an adapter says where each lives:
-
-- the block's input ``x`` (the residual stream entering the block),
-- the per-head value vectors (output of the value projection, or a slice of a fused
-  query/key/value projection),
-- the attention weights ``α`` (second output of the attention module, eager path),
-- the output projection ``W_O, b_O`` (its output is ``Σ_j a_ij + b_O``),
-- the normalization after the residual sum (LN1 in post-LN blocks; LN2 / the post-attention
-  RMSNorm in pre-LN blocks; the next block's input norm with a parallel residual),
-  whose input is the real pre-LN vector ``z`` and whose output is the real ``x̃``;
-- for the feed-forward block (the ``ff`` measure group): its input projection(s), its
-  activation, its output projection, and the norm after its residual sum (LN2 of a post-LN
-  block; the next block's input norm, or the final norm after the last block, of a pre-LN one).
-
-In a pre-LN block the values already are ``LN1(x_j) W_V + b_V``: the same hooks serve both
-placements. Module paths are relative to one block, except ``layers`` and ``final_norm``
-(relative to the base model). The record itself is models/adapter.py.
+The engine (``mixing/``) never branches on the model family. An adapter says where a
+block keeps its input, its values (a plain or fused projection), its attention weights,
+its output projection, its norms (after the residual sum, inside a branch, or none: the
+steps of the block's chain, mixing/chain.py) and its feed-forward. Module paths are
+relative to one block, except ``layers`` and ``final_norm`` (relative to the base model).
+The record itself is models/adapter.py.
 """
 
 from __future__ import annotations
@@ -34,6 +22,7 @@ __all__ = [
     "ValueLayout",
     "adapter_for",
     "adapter_for_config",
+    "language_config",
     "supported_model_types",
 ]
 
@@ -210,16 +199,14 @@ _SWIGLU: dict[str, Any] = dict(
     **_DECODER,
 )
 
-# Gemma-2 and Gemma-3 (text): sandwich norms. The attention's output is normed inside the
-# branch (``post_attention_layernorm``) before the residual add, the FF reads
-# ``pre_feedforward_layernorm`` and its output is normed again (``post_feedforward_layernorm``);
-# every norm scales by 1 + weight; Gemma-3's q/k norms, ``query_pre_attn_scalar`` and
-# Gemma-2's score soft-capping change α only (the fast path caps its scores too)
+# Gemma-3 (text): sandwich norms (the attention's and the FF's outputs normed inside their
+# branches, the FF reads pre_feedforward_layernorm); every norm scales by 1 + weight
 GEMMA = Adapter(
     names="Gemma-3 (text), EmbeddingGemma",
     notes=(
         "q/k norms, `query_pre_attn_scalar`, sliding and global layers, embeddings × √d; "
-        "EmbeddingGemma attends both ways"
+        "EmbeddingGemma attends both ways; multimodal `gemma3` checkpoints run their "
+        "language model (their `text_config`)"
     ),
     family="gemma3",
     model_types=("gemma3_text",),
@@ -322,9 +309,7 @@ STABLELM = replace(
     ),
 )
 
-# Granite: Llama's block with each branch's output scaled by ``residual_multiplier`` before
-# the residual add (a linear step of the chain); its embedding and attention multipliers
-# change x and α only
+# Granite: each branch's output times ``residual_multiplier`` (a linear step of the chain)
 GRANITE = replace(
     LLAMA,
     family="granite",
@@ -394,6 +379,18 @@ def adapter_for(model_type: str) -> Adapter:
     )
 
 
+def language_config(config: Any) -> Any:
+    """The config of the language model: ``config`` itself, or, for a multimodal checkpoint
+    whose own type has no adapter (``gemma3``), the ``text_config`` it carries."""
+    text = getattr(config, "text_config", None)
+    supported = supported_model_types()
+    if config.model_type not in supported and getattr(text, "model_type", None) in supported:
+        return text
+    return config
+
+
 def adapter_for_config(config: Any) -> Adapter:
-    """The adapter for a model configuration, its configuration-dependent variant applied."""
+    """The adapter for a model configuration (a multimodal one's language model: its
+    ``text_config``), its configuration-dependent variant applied."""
+    config = language_config(config)
     return adapter_for(config.model_type).for_config(config)

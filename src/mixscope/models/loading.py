@@ -82,8 +82,12 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def _base_model(model: Any, adapter: Adapter) -> Any:
-    """The headless model that holds ``adapter.layers`` (task models wrap it)."""
-    for candidate in (model, getattr(model, "base_model", None)):
+    """The headless model that holds ``adapter.layers``: task models wrap it, and a
+    multimodal model's language model holds it (``language_model``: its vision tower and
+    projector never run)."""
+    base = getattr(model, "base_model", None)
+    candidates = (model, base, getattr(model, "language_model", None))
+    for candidate in (*candidates, getattr(base, "language_model", None)):
         if candidate is None:
             continue
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mixscope.errors import MixscopeError, first_line
-from mixscope.models.adapters import adapter_for_config, supported_model_types
+from mixscope.models.adapters import adapter_for_config, language_config, supported_model_types
 from mixscope.models.config_file import model_type_of, read_config, read_tokenizer_limit
 from mixscope.models.packaged import packaged_path
 
@@ -101,6 +101,7 @@ def config_facts(spec: str, *, revision: str | None = None) -> Any:
 
 def position_limit(config: Any, tokenizer: Any) -> int:
     """The longest sequence (special tokens included) a model and its tokenizer accept."""
+    config = language_config(config)  # a multimodal checkpoint: its language model's
     limit = getattr(config, "max_position_embeddings", None) or 10**9
     limit -= adapter_for_config(config).position_offset
     tok_limit = getattr(tokenizer, "model_max_length", None)
