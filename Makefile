@@ -48,6 +48,7 @@ bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder gemma3 --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/decoder.py --decoder olmo2 --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/attention.py --save
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/attention.py --decoder gemma3,olmo2 --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ff.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/host.py --save
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/storage.py --save

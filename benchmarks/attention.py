@@ -348,8 +348,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-memory", action="store_true", help="skip the memory curve")
     p.add_argument("--memory-max", type=int, default=None, help="largest n of the memory curve")
     p.add_argument("--save", action="store_true", help=f"also write {RESULTS} (the README's)")
+    p.add_argument("--decoder", default=None, help="random decoders to time (gemma3,olmo2)")
+    p.add_argument("--decoder-n", type=int, default=1024, help="their sequence length")
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+def decoder_table(args: argparse.Namespace, device: torch.device) -> None:
+    """fast / SDPA (and eager) for the random decoders named by ``--decoder`` (the 2024–26
+    layouts: ``gemma3``, ``olmo2``; benchmarks/models.py), one sequence of ``--decoder-n``
+    tokens each, printed and, with ``--save``, written as ``attention-decoders.md``."""
+    from common import publish
+    from models import DECODER_CONFIGS, build_decoder
+
+    rows = []
+    for name in args.decoder.split(","):
+        if name not in DECODER_CONFIGS:
+            raise SystemExit(f"unknown decoder {name!r}; choose from {sorted(DECODER_CONFIGS)}")
+        loaded = build_decoder(name, device, None if args.dtype == "float32" else args.dtype)
+        print(f"  timing random {name} n={args.decoder_n} …", flush=True)
+        rows.append(time_case(f"{name} (random)", loaded, 1, args.decoder_n, args))
+        del loaded
+        gc.collect()
+    lines = [
+        f"Fast attention on the 2024–26 layouts ({args.device}, {args.dtype}, "
+        f"{torch.get_num_threads()} threads; code {source_state()}; `python "
+        f"benchmarks/attention.py --decoder {args.decoder} --decoder-n {args.decoder_n}`):",
+        "",
+        "| model | n × batch | SDPA forward | fast / SDPA (goal ≤ 1.15) | eager / SDPA "
+        "| max abs(fast − eager), padded too |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in rows:
+        ok = "met" if t["fast_over_sdpa"] <= 1.15 else "NOT met"
+        lines.append(
+            f"| {t['model']} | {t['n']:,} × {t['batch']} | {t['sdpa_s'] * 1e3:,.1f} ms "
+            f"| **{t['fast_over_sdpa']:.3f}×** ({ok}) | {t['eager_over_sdpa']:.3f}× "
+            f"| {t['max_diff']:.1e} |"
+        )
+    publish("attention-decoders", lines, args.save)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -364,6 +401,9 @@ def main(argv: list[str] | None = None) -> None:
         args.reps = 1
     torch.set_num_threads(args.threads)
     device, dtype = torch.device(args.device), _dtype(args.dtype)
+    if args.decoder:  # one random decoder of benchmarks/models.py at n = --decoder-n
+        decoder_table(args, device)
+        return
     cases: list[tuple[str, Any, int, int]] = []
     label, mini = encoder(args, device, dtype)
     cases.append((label, mini, 8 if not args.gpu else (4 if args.quick else 64), 128))

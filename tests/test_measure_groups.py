@@ -337,10 +337,13 @@ def test_first_position_weights_only_where_a_group_reads_them(tiny, measures, co
     assert isinstance(seen[0], FastWeights) and (seen[0].first is not None) == computed
 
 
-@pytest.mark.parametrize("family", ["bert", "llama", "gpt-neox", "opt-post"])
+@pytest.mark.parametrize(
+    "family", ["bert", "llama", "gpt-neox", "opt-post", "gemma3", "olmo2", "granite"]
+)
 def test_the_chain_s_fused_ratios_are_its_scopes_ratios(tiny, family, monkeypatch):
-    """BlockChain.attention_ratios: the in-place pass down a plain chain (the paper group's
-    hot path) gives the same bits as the ratios of the cached scopes."""
+    """BlockChain.attention_ratios: the in-place pass down the chain (the paper group's hot
+    path; norms inside the branch and multipliers too) gives the same bits as the ratios
+    of the cached scopes."""
     from mixscope.mixing.block_tensors import BlockTensors
     from mixscope.mixing.chain import BlockChain
     from mixscope.mixing.engine import MixingEngine

@@ -58,6 +58,13 @@ def _split(v: torch.Tensor, n: NormParams) -> torch.Tensor:
     return torch.sub(v, v.mean(dim=-1, keepdim=True)).mul_(n.gamma)
 
 
+def _split_(v: torch.Tensor, n: NormParams) -> torch.Tensor:
+    """:func:`_split` in place (``v`` is overwritten and returned)."""
+    if n.norm_kind != "rms":
+        v.sub_(v.mean(dim=-1, keepdim=True))
+    return v.mul_(n.gamma)
+
+
 @dataclass(frozen=True)
 class Parts:
     """One per-token vector split by source: ``(own + context + bias) · scale + shift``.
@@ -194,33 +201,46 @@ class BlockChain:
     def attention_ratios(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The ratios of ``attn``, ``attnres`` and ``attnresln`` per token, [batch, seq] each.
 
-        Where the chain's attention half is plain (no norm inside the branch, no branch
-        multiplier) and no group has asked for these scopes' vectors, one pass down the
-        chain on private temporaries, each step in place (the paper group's hot path: two
-        new [batch, seq, hidden] tensors per block); otherwise from the cached scopes.
-        Both give the same bits: the same operations in the same order."""
+        Where no group has asked for these scopes' vectors, one pass down the chain on
+        private temporaries, each step in place (the paper group's hot path: two new
+        [batch, seq, hidden] tensors per block, three with a norm inside the branch);
+        otherwise from the cached scopes. Both give the same bits: the same operations in
+        the same order (tests/test_measure_groups.py)."""
         p, t = self.p, self.t
-        cached = {"attn", "attnres", "norm_input", "attnresln"} & set(vars(self))
-        if p.attn_branch_norm is not None or p.branch_scale != 1.0 or cached:
+        if {"attn", "attnres", "norm_input", "attnresln"} & set(vars(self)):
             ln = self.attnresln
             return self.attn.ratio(), self.attnres.ratio(), ln.ratio()
         if self._attn_sum is not None:
             context = self._attn_sum - self.a_self
         else:
             context = torch.sub(t.attn_out, p.b_out).sub_(self.a_self)  # Σ_{j≠i} a_ij
-        own = torch.add(self.a_self, t.x)  # r_ii = a_ii + x_i
         n_context = _norm(context)
-        ratios = [norm_ratio(n_context, _norm(self.a_self)), norm_ratio(n_context, _norm(own))]
+        ratios = [norm_ratio(n_context, _norm(self.a_self))]
+        nb, m = p.attn_branch_norm, p.branch_scale
+        if nb is None and m == 1.0:
+            own = torch.add(self.a_self, t.x)  # r_ii = a_ii + x_i
+        else:
+            if nb is not None:  # the norm inside the branch, the real output's s: ã_ij
+                inverse = norm_scale(t.attn_out, nb).reciprocal()  # [batch, seq, 1]
+                own = _split(self.a_self, nb).mul_(inverse)
+                _split_(context, nb).mul_(inverse)
+                if m != 1.0:
+                    own.mul_(m)
+            else:
+                own = torch.mul(self.a_self, m)
+            if m != 1.0:  # Granite's multiplier
+                context.mul_(m)
+            own.add_(t.x)
+            n_context = _norm(context)
+        ratios.append(norm_ratio(n_context, _norm(own)))
         if t.extra is not None:  # a parallel residual's MLP output: the token's own
             own.add_(t.extra)
         n = p.norm
         if n is None:  # no norm after the sum: the next stage reads it as it is
             ratios.append(norm_ratio(n_context, _norm(own)))
         else:  # γ ⊙ centre(·), in place on the temporaries (the shared 1/s cancels)
-            for v in (context, own):
-                if n.norm_kind != "rms":
-                    v.sub_(v.mean(dim=-1, keepdim=True))
-                v.mul_(n.gamma)
+            _split_(context, n)
+            _split_(own, n)
             ratios.append(norm_ratio(_norm(context), _norm(own)))
         return ratios[0], ratios[1], ratios[2]
 
