@@ -14,10 +14,11 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _quick(script: str, tmp_path: Path, *more: str) -> str:
+def _run(script: str, *args: str) -> str:
+    """A benchmark script's stdout; it must exit 0."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, str(BENCH / script), "--quick", "--dir", str(tmp_path), *more],
+        [sys.executable, str(BENCH / script), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -25,6 +26,10 @@ def _quick(script: str, tmp_path: Path, *more: str) -> str:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def _quick(script: str, tmp_path: Path, *more: str) -> str:
+    return _run(script, "--quick", "--dir", str(tmp_path), *more)
 
 
 @pytest.mark.slow
@@ -66,14 +71,12 @@ def test_efficiency_benchmark_runs(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_decomposition_benchmark_runs() -> None:
     """benchmarks/decomposition.py against a baseline revision (git archive of HEAD)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "decomposition.py"), "--baseline", "HEAD", "--reps", "1",
-         "--runs", "2", "--batch", "2", "--seq-len", "32"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "this / baseline **" in done.stdout
+    args = ("--baseline", "HEAD", "--reps", "1", "--runs", "2", "--batch", "2", "--seq-len", "32")
+    assert "this / baseline **" in _run("decomposition.py", *args)
+
+
+@pytest.mark.slow
+def test_attention_benchmark_times_the_new_layouts() -> None:
+    """attention.py --decoder: fast / SDPA on a random decoder of the 2024–26 layouts."""
+    out = _run("attention.py", "--decoder", "olmo2", "--decoder-n", "64", "--reps", "1")
+    assert "| olmo2 (random) | 64 × 1 |" in out
