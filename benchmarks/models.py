@@ -30,6 +30,17 @@ RANDOM_CONFIGS: dict[str, dict[str, int]] = {
 }
 
 #: random pre-LN decoder configurations for decoder.py --decoder (no download needed)
+#: the CPU-sized decoder shape (~0.1B): grouped-query 16:4, the same for every family timed
+_CPU_SHAPE: dict[str, Any] = {
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 4096,
+    "vocab_size": 32000,
+}
+
 DECODER_CONFIGS: dict[str, dict[str, Any]] = {
     # GPT-2 small (124M) with 2048 learned positions so n can reach 2048
     "gpt2": {
@@ -41,41 +52,17 @@ DECODER_CONFIGS: dict[str, dict[str, Any]] = {
         "vocab_size": 50257,
     },
     # Llama-shaped (RMSNorm, rotary, SwiGLU, grouped-query 16:4) at a CPU-friendly ~0.1B
-    "llama": {
-        "model_type": "llama",
-        "hidden_size": 1024,
-        "intermediate_size": 2816,
-        "num_hidden_layers": 8,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 4,
-        "max_position_embeddings": 4096,
-        "vocab_size": 32000,
-    },
+    "llama": {**_CPU_SHAPE, "model_type": "llama"},
     # the CPU-sized Llama's shape in the 2024–26 layouts: Gemma-3's sandwich norms (q/k
     # norms, γ = 1 + w, sliding and global layers), OLMo-2's norms inside the branches
     "gemma3": {
+        **_CPU_SHAPE,
         "model_type": "gemma3_text",
-        "hidden_size": 1024,
-        "intermediate_size": 2816,
-        "num_hidden_layers": 8,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 4,
         "head_dim": 64,
         "query_pre_attn_scalar": 64,
         "sliding_window": 256,
-        "max_position_embeddings": 4096,
-        "vocab_size": 32000,
     },
-    "olmo2": {
-        "model_type": "olmo2",
-        "hidden_size": 1024,
-        "intermediate_size": 2816,
-        "num_hidden_layers": 8,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 4,
-        "max_position_embeddings": 4096,
-        "vocab_size": 32000,
-    },
+    "olmo2": {**_CPU_SHAPE, "model_type": "olmo2"},
     # 1B class, Llama-3.2-1B shape (for a GPU, with --dtype bfloat16)
     "llama-1b": {
         "model_type": "llama",

@@ -107,7 +107,9 @@ class Capture:
             "ff_up": Point(lambda _e, i: blocks[i].get_submodule(a.ff_up), False),
             "ff_out": Point(lambda _e, i: blocks[i].get_submodule(a.ff_out), False),
             # where no norm follows the FF's residual sum (OLMo-2), the block's own output
-            "ff_norm": Point(lambda e, i: e.ff_norms[i] or blocks[i], False),
+            "ff_norm": Point(
+                lambda e, i: blocks[i] if e.ff_norms[i] is None else e.ff_norms[i], False
+            ),
         }
         unknown = needs - set(self.points)
         if unknown:

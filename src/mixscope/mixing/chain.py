@@ -42,6 +42,8 @@ from mixscope.mixing.block_tensors import (
     BlockParams,
     BlockTensors,
     NormParams,
+    centre,
+    centre_,
     norm_scale,
 )
 from mixscope.mixing.ratios import norm_ratio, self_attention_vector
@@ -51,18 +53,16 @@ def _norm(v: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(v, dim=-1)
 
 
-def _split(v: torch.Tensor, n: NormParams) -> torch.Tensor:
+def norm_split(v: torch.Tensor, n: NormParams) -> torch.Tensor:
     """γ ⊙ centre(v): a norm's split of one part, without its 1/s (one new tensor)."""
-    if n.norm_kind == "rms":
+    if n.norm_kind == "rms":  # centre is the identity: v itself must not be changed
         return v * n.gamma
-    return torch.sub(v, v.mean(dim=-1, keepdim=True)).mul_(n.gamma)
+    return centre(v, n.norm_kind).mul_(n.gamma)
 
 
 def _split_(v: torch.Tensor, n: NormParams) -> torch.Tensor:
-    """:func:`_split` in place (``v`` is overwritten and returned)."""
-    if n.norm_kind != "rms":
-        v.sub_(v.mean(dim=-1, keepdim=True))
-    return v.mul_(n.gamma)
+    """:func:`norm_split` in place (``v`` is overwritten and returned)."""
+    return centre_(v, n.norm_kind).mul_(n.gamma)
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class Parts:
         """:meth:`ratio` of the parts through the norm ``n`` (its 1/s cancels too)."""
         if self.context is None:
             return torch.zeros_like(_norm(self.own))
-        return norm_ratio(_norm(_split(self.context, n)), _norm(_split(self.own, n)))
+        return norm_ratio(_norm(norm_split(self.context, n)), _norm(norm_split(self.own, n)))
 
     def scale_tensor(self) -> torch.Tensor | None:
         """The deferred per-token factor [..., 1], computed now if it was deferred."""
@@ -138,9 +138,9 @@ class Parts:
         if n is None:
             return self
         p = self.applied()
-        context = None if p.context is None else _split(p.context, n)
+        context = None if p.context is None else norm_split(p.context, n)
         inverse = (lambda: s().reciprocal()) if callable(s) else s.reciprocal()
-        return Parts(_split(p.own, n), context, _split(p.bias, n), inverse, n.beta)
+        return Parts(norm_split(p.own, n), context, norm_split(p.bias, n), inverse, n.beta)
 
     def times(self, c: float) -> Parts:
         """Every part scaled by the constant ``c`` (Granite's residual multiplier)."""
@@ -210,27 +210,20 @@ class BlockChain:
         if {"attn", "attnres", "norm_input", "attnresln"} & set(vars(self)):
             ln = self.attnresln
             return self.attn.ratio(), self.attnres.ratio(), ln.ratio()
-        if self._attn_sum is not None:
-            context = self._attn_sum - self.a_self
-        else:
-            context = torch.sub(t.attn_out, p.b_out).sub_(self.a_self)  # Σ_{j≠i} a_ij
+        context = self._attn_context()  # private: changed in place below
         n_context = _norm(context)
         ratios = [norm_ratio(n_context, _norm(self.a_self))]
         nb, m = p.attn_branch_norm, p.branch_scale
-        if nb is None and m == 1.0:
-            own = torch.add(self.a_self, t.x)  # r_ii = a_ii + x_i
-        else:
-            if nb is not None:  # the norm inside the branch, the real output's s: ã_ij
-                inverse = norm_scale(t.attn_out, nb).reciprocal()  # [batch, seq, 1]
-                own = _split(self.a_self, nb).mul_(inverse)
-                _split_(context, nb).mul_(inverse)
-                if m != 1.0:
-                    own.mul_(m)
-            else:
-                own = torch.mul(self.a_self, m)
-            if m != 1.0:  # Granite's multiplier
-                context.mul_(m)
-            own.add_(t.x)
+        own = self.a_self  # not changed: the first step below makes a private copy
+        if nb is not None:  # the norm inside the branch, the real output's s: ã_ij
+            inverse = norm_scale(t.attn_out, nb).reciprocal()  # [batch, seq, 1]
+            own = norm_split(own, nb).mul_(inverse)
+            _split_(context, nb).mul_(inverse)
+        if m != 1.0:  # Granite's multiplier
+            own = torch.mul(own, m) if own is self.a_self else own.mul_(m)
+            context.mul_(m)
+        own = torch.add(own, t.x) if own is self.a_self else own.add_(t.x)  # r_ii
+        if nb is not None or m != 1.0:
             n_context = _norm(context)
         ratios.append(norm_ratio(n_context, _norm(own)))
         if t.extra is not None:  # a parallel residual's MLP output: the token's own
@@ -244,6 +237,13 @@ class BlockChain:
             ratios.append(norm_ratio(_norm(context), _norm(own)))
         return ratios[0], ratios[1], ratios[2]
 
+    def _attn_context(self) -> torch.Tensor:
+        """Σ_{j≠i} a_ij, a new tensor: the attention output − b_O − a_ii (or the sum
+        rebuilt from α, for the exactness identities)."""
+        if self._attn_sum is not None:
+            return self._attn_sum - self.a_self
+        return torch.sub(self.t.attn_out, self.p.b_out).sub_(self.a_self)
+
     @cached_property
     def a_self(self) -> torch.Tensor:
         """a_ii = Σ_h α^h_ii f^h(x_i): [batch, seq, hidden]."""
@@ -252,11 +252,7 @@ class BlockChain:
     @cached_property
     def attn(self) -> Parts:
         """The attention branch: own a_ii, context Σ_{j≠i} a_ij, bias b_O."""
-        if self._attn_sum is not None:
-            context = self._attn_sum - self.a_self
-        else:  # Σ_{j≠i} a_ij = attention output − b_O − a_ii, one new tensor
-            context = torch.sub(self.t.attn_out, self.p.b_out).sub_(self.a_self)
-        return Parts(self.a_self, context, self.p.b_out)
+        return Parts(self.a_self, self._attn_context(), self.p.b_out)
 
     @cached_property
     def branch(self) -> Parts:

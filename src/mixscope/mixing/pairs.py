@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from mixscope.mixing.block_tensors import NormParams, centre, norm_scale, per_head_transformed
-from mixscope.mixing.chain import BlockChain
+from mixscope.mixing.block_tensors import norm_scale, per_head_transformed
+from mixscope.mixing.chain import BlockChain, norm_split
 
 
 def _gram_norms(alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -21,11 +21,6 @@ def _gram_norms(alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     gram = torch.einsum("bhjd,bkjd->bjhk", u, u)  # [batch, seq(j), heads, heads]
     sq = torch.einsum("bhij,bjhk,bkij->bij", alpha, gram, alpha)  # [batch, seq(i), seq(j)]
     return sq.clamp_min(0).sqrt()
-
-
-def _split(u: torch.Tensor, n: NormParams) -> torch.Tensor:
-    """A norm's split of per-head vectors, without its 1/s: γ ⊙ centre(u)."""
-    return n.gamma * centre(u, n.norm_kind)
 
 
 def pair_norms(block: BlockChain, causal: bool = False) -> torch.Tensor:
@@ -42,7 +37,7 @@ def pair_norms(block: BlockChain, causal: bool = False) -> torch.Tensor:
     attn = _gram_norms(alpha, f)  # [batch, seq, seq]
     u, row = f, None  # the branch's per-head vectors, and its per-query 1/s  [batch, seq, 1]
     if p.attn_branch_norm is not None:
-        u = _split(f, p.attn_branch_norm)
+        u = norm_split(f, p.attn_branch_norm)
         row = norm_scale(t.attn_out, p.attn_branch_norm).reciprocal()
     res = attn.clone() if row is None else _gram_norms(alpha, u) * row
     m = abs(p.branch_scale)  # the branch's multiplier (Granite), 1 elsewhere
@@ -50,7 +45,7 @@ def pair_norms(block: BlockChain, causal: bool = False) -> torch.Tensor:
     if p.norm is None:  # nothing normalizes the sum: the next stage reads r_ij
         ln = res.clone()
     else:
-        ln = _gram_norms(alpha, _split(u, p.norm)) / block.s_norm * m
+        ln = _gram_norms(alpha, norm_split(u, p.norm)) / block.s_norm * m
         ln = ln if row is None else ln * row
     own = lambda parts: torch.linalg.vector_norm(parts.applied().own, dim=-1)  # noqa: E731
     res.diagonal(dim1=-2, dim2=-1).copy_(own(block.attnres))
