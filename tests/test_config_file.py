@@ -158,8 +158,9 @@ def test_preparing_a_run_on_a_local_model_imports_no_torch(tmp_path):
 def test_a_family_newer_than_the_installed_transformers_is_refused_in_one_line(
     tmp_path, monkeypatch
 ):
-    """OLMo-3 on a transformers that does not know it: one line naming the model type and
-    the installed version, before transformers words it as an unknown checkpoint."""
+    """OLMo-3 on a transformers that does not know it: one line naming the model type, the
+    release that added it and the installed version, before transformers words it as an
+    unknown checkpoint."""
     import transformers
     from transformers.models.auto import configuration_auto
 
@@ -171,6 +172,24 @@ def test_a_family_newer_than_the_installed_transformers_is_refused_in_one_line(
     (tmp_path / "config.json").write_text(json.dumps({**data, "model_type": "olmo3"}))
     names = {k: v for k, v in configuration_auto.CONFIG_MAPPING_NAMES.items() if k != "olmo3"}
     monkeypatch.setattr(configuration_auto, "CONFIG_MAPPING_NAMES", names)
-    with pytest.raises(MixscopeError, match=r"'olmo3'.*needs a newer transformers") as err:
+    with pytest.raises(MixscopeError, match=r"'olmo3'.*needs transformers >= 4\.57") as err:
         load(str(tmp_path))
     assert transformers.__version__ in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_transformers_floor_is_pyprojects():
+    """models/transformers_needed.py's floor is the one pip enforces, and every type it
+    lists as newer is a supported type added after that floor."""
+    import re
+    from pathlib import Path
+
+    from packaging.version import Version
+
+    from mixscope.models.adapters import supported_model_types
+    from mixscope.models.transformers_needed import ADDED_AFTER_FLOOR, FLOOR, needed
+
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert re.findall(r'"transformers>=([\d.]+)"', pyproject) == [FLOOR]
+    for model_type, version in ADDED_AFTER_FLOOR.items():
+        assert model_type in supported_model_types() and Version(version) > Version(FLOOR)
+    assert needed("bert") == FLOOR and needed("olmo3") == "4.57"

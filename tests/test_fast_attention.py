@@ -99,6 +99,63 @@ def test_kernel_lse_and_self_weight_match_a_float64_softmax(kernel, case, dtype)
     assert (alpha[~rows] == 0).all()  # fully masked rows: no weight, not NaN
 
 
+@pytest.mark.parametrize("kernel", ["flex", "chunked"])
+@pytest.mark.parametrize("case", sorted(MASKS))
+@pytest.mark.parametrize("additive", [False, True])
+def test_capped_kernels_match_a_float64_capped_softmax(kernel, case, additive):
+    """Soft-capped attention (Gemma-2), both kernels — flex attention with the tanh score
+    modification (what CUDA compiles; here its unfused reference) and the exact chunked
+    path — against a float64 brute force of the capped scores, with grouped key/value
+    heads, boolean and additive masks, and fully masked rows (left padding)."""
+    torch.manual_seed(1)
+    b, h, kv, n, d, cap = 3, 4, 2, 9, 8, 1.5
+    q = torch.randn(b, h, n, d, dtype=torch.float64) * 3
+    k, v = (torch.randn(b, kv, n, d, dtype=torch.float64) * 3 for _ in range(2))
+    opts = MASKS[case]
+    keep = _keep(b, n, **opts)
+    plain = case in ("none", "causal")
+    mask = None if plain else keep
+    if additive and mask is not None:
+        mask = torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, float("-inf"))
+    scale = 1 / math.sqrt(d)
+    out, lse = FA.capped_attention_with_lse(
+        q, k, v, mask, scale, opts["causal"] and plain, cap, kernel=kernel
+    )
+    alpha = FA.self_weights(q, k, mask, lse, scale, cap)
+    kk, vv = (t.repeat_interleave(h // kv, 1) for t in (k, v))
+    s = torch.tanh(q @ kk.transpose(-1, -2) * scale / cap) * cap  # capped, then masked
+    s = s.masked_fill(~keep, float("-inf"))
+    ref_lse = torch.logsumexp(s, -1)
+    w = torch.where(torch.isfinite(ref_lse)[..., None], torch.exp(s - ref_lse[..., None]), 0.0)
+    rows = keep.expand(b, h, n, n).any(-1)
+    assert (lse - ref_lse)[rows].abs().max() <= 1e-12
+    assert (out - w @ vv)[rows].abs().max() <= 1e-12
+    assert (alpha - torch.diagonal(w, dim1=-2, dim2=-1)).abs().max() <= 1e-12
+    assert (alpha[~rows] == 0).all()
+    # the negative control: the uncapped softmax is far from it
+    assert (lse - _brute(q, kk, vv, keep, scale)[1])[rows].abs().max() > 0.1
+
+
+def test_gemma2_through_flex_attention_equals_eager(tiny, monkeypatch):
+    """The flex kernel inside a whole Gemma-2 forward (as CUDA runs it; here uncompiled):
+    every group's measures equal eager's on a padded batch."""
+    model, tok = tiny("gemma2", torch.float64)
+    texts = ["The cat sat on the mat with a hat.", "A longer sentence, to pad the other one."]
+    eager = mixscope.analyze((model, tok), texts, attention="eager", measures="all")
+    real = FA.capped_attention_with_lse
+    calls = []
+
+    def flex(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **{**kwargs, "kernel": "flex"})
+
+    monkeypatch.setattr(FA, "capped_attention_with_lse", flex)
+    fast = mixscope.analyze((model, tok), texts, attention="fast", measures="all")
+    assert calls and fast.num_rows == eager.num_rows
+    cols = [c for c in eager.column_names if c.endswith(("_n", "_w"))]
+    assert max(np.abs(fast[c].to_numpy() - eager[c].to_numpy()).max() for c in cols) <= 1e-6
+
+
 def test_chunked_logsumexp_is_chunk_independent(monkeypatch):
     torch.manual_seed(1)
     q, k = torch.randn(2, 3, 37, 8), torch.randn(2, 3, 37, 8)

@@ -25,7 +25,7 @@ import torch
 
 import mixscope
 import shaped_models
-from mixscope.mixing.fast_attention import attention_with_lse
+from mixscope.mixing.fast_attention import attention_with_lse, capped_attention_with_lse
 
 #: where the tests run: the GPU, or the CPU for the check's dry run
 DEVICE = torch.device(os.environ.get("MIXSCOPE_GPU_TEST_DEVICE", "cuda"))
@@ -46,6 +46,8 @@ TEXTS = [
     "Short one.",
 ]
 FAMILIES = ("bert", "distilbert", "gpt2", "gpt-neox", "llama-gqa2", "mistral", "opt-post")
+# the 2024-26 layouts: Gemma-2's capped scores take compiled flex attention on CUDA
+FAMILIES += ("gemma2", "gemma3", "olmo2")
 MEASURES = lambda table: [c for c in table.column_names if c.endswith(("_n", "_w"))]  # noqa: E731
 
 
@@ -109,6 +111,28 @@ def on_gpu(model) -> Iterator[None]:
         yield
     finally:
         model.to("cpu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_flex_attention_with_a_score_cap_against_exact_attention(dtype):
+    """Gemma-2's capped scores through compiled flex attention (the CUDA path; uncompiled
+    in the dry run): output and LSE of the capped scores against float64, padded rows."""
+    torch.manual_seed(0)
+    b, h, kv, n, d, cap = 2, 8, 2, 200, 64, 20.0
+    q = torch.randn(b, h, n, d, device=DEVICE, dtype=dtype) * 4
+    k, v = (torch.randn(b, kv, n, d, device=DEVICE, dtype=dtype) for _ in range(2))
+    keep = torch.ones(b, 1, n, n, dtype=torch.bool, device=DEVICE).tril()
+    keep[1, :, :, :37] = False  # left padding: fully masked rows in sequence 1
+    out, lse = capped_attention_with_lse(q, k, v, keep, d**-0.5, False, cap, kernel="flex")
+    kk, vv = (t.double().repeat_interleave(h // kv, 1) for t in (k, v))
+    s = torch.tanh(q.double() @ kk.transpose(-1, -2) * d**-0.5 / cap) * cap
+    s = s.masked_fill(~keep, float("-inf"))
+    ref_lse = torch.logsumexp(s, -1)
+    rows = keep.expand(b, h, n, n).any(-1)
+    w = torch.exp(s - ref_lse[..., None]).nan_to_num()
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    assert (lse.double() - ref_lse)[rows].abs().max() <= tol
+    assert (out.double() - w @ vv)[rows].abs().max() <= tol
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -15,7 +15,8 @@ where the eager path returns the full weights, and the engine's hook reads eithe
 
 Kernels, by device: CPU ``_scaled_dot_product_flash_attention_for_cpu`` (masks, every
 float dtype); CUDA ``_scaled_dot_product_flash_attention`` (no mask, half precision) or
-``_scaled_dot_product_efficient_attention`` (additive masks). Anywhere else, or where a
+``_scaled_dot_product_efficient_attention`` (additive masks); soft-capped scores (Gemma-2)
+compiled flex attention on CUDA, an exact chunked attention elsewhere. Anywhere else, or where a
 kernel refuses its input, SDPA gives the output and a log-sum-exp over query chunks gives
 LSE (O(chunk · seq) memory per head, one extra q·k product).
 """
@@ -162,10 +163,28 @@ def capped_attention_with_lse(
     scale: float,
     is_causal: bool,
     softcap: float,
+    *,
+    kernel: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Soft-capped attention (Gemma-2's ``attn_logit_softcapping``), exact, chunk by chunk,
-    with the log-sum-exp of the *capped* scores: no fused kernel takes a score cap and
-    returns it, so this runs on every device (O(chunk · seq) memory per head)."""
+    """Soft-capped attention (Gemma-2's ``attn_logit_softcapping``) with the log-sum-exp
+    of the *capped* scores: on CUDA compiled flex attention with a tanh score modification
+    (flex_capped.py); elsewhere, or where flex attention fails, the exact chunked path
+    (O(chunk · seq) memory per head). ``kernel`` forces "flex" (uncompiled off CUDA) or
+    "chunked" (tests)."""
+    name = kernel or ("flex" if query.device.type == "cuda" else "chunked")
+    if name == "flex":
+        from mixscope.mixing.flex_capped import flex_capped_attention
+
+        try:
+            return flex_capped_attention(
+                query, key, value, mask, scale, is_causal, softcap,
+                compiled=query.device.type == "cuda",
+            )  # fmt: skip
+        except Exception as exc:  # compilation errors come in many types
+            if kernel is not None:
+                raise
+            first = first_line(exc) or type(exc).__name__
+            _warn_once("flex", f"fast attention: flex attention unavailable ({first}); chunked")
     k, v = _repeat_heads(query, key), _repeat_heads(query, value)
     out, lse = _chunked(query, k, additive_mask(mask, query.dtype), scale, is_causal, v, softcap)
     assert out is not None

@@ -1,8 +1,9 @@
 """The supported architectures as a table, generated from the adapters (the README's).
 
 Everything in a row is read off the adapter's data: its block layout and norms (the steps
-of the block's chain, mixing/chain.py), the configuration variants, and the measure groups
-that apply (each group's ``unsupported``), so the README cannot drift from the code:
+of the block's chain, mixing/chain.py), the configuration variants, the measure groups
+that apply (each group's ``unsupported``) and the transformers release its model types
+need (models/transformers_needed.py), so the README cannot drift from the code:
 ``tests/test_readme.py`` checks the README's section against :func:`architecture_table`,
 and ``python -m mixscope.models.architectures --write`` rewrites it.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from mixscope.models.adapters import ADAPTERS, Adapter
+from mixscope.models.transformers_needed import FLOOR, needed
 
 #: where the table goes in the README
 BEGIN, END = "<!-- architectures -->", "<!-- /architectures -->"
@@ -85,18 +87,25 @@ def scope_norms(a: Adapter) -> dict[str, str | None]:
     }
 
 
+def transformers_versions(a: Adapter) -> str:
+    """The transformers release the family's model types need (models/transformers_needed.py)."""
+    floor = f"≥ {FLOOR}"
+    newer = [f"`{t}` ≥ {needed(t)}" for t in a.model_types if needed(t) != FLOOR]
+    return floor + (f" ({', '.join(newer)})" if newer else "")
+
+
 def architecture_table() -> str:
     """The README's table of supported architectures (markdown, ends with a newline)."""
     rows = [
-        "| family | `model_type` | block | norms | groups | variants | notes |",
-        "|---|---|---|---|---|---|---|",
+        "| family | `model_type` | block | norms | groups | variants | transformers | notes |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for a in ADAPTERS:
         types = ", ".join(f"`{t}`" for t in a.model_types)
         applied = ", ".join(f"`{g}`" for g in groups(a))
         rows.append(
             f"| {a.names} | {types} | {block_layout(a)} | {norms(a)} | {applied} "
-            f"| {variants(a)} | {a.notes} |"
+            f"| {variants(a)} | {transformers_versions(a)} | {a.notes} |"
         )
     return "\n".join(rows) + "\n"
 

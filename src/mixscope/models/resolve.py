@@ -17,6 +17,7 @@ from mixscope.errors import MixscopeError, first_line
 from mixscope.models.adapters import adapter_for_config, language_config, supported_model_types
 from mixscope.models.config_file import model_type_of, read_config, read_tokenizer_limit
 from mixscope.models.packaged import packaged_path
+from mixscope.models.transformers_needed import needed
 
 
 def resolve_source(spec: str) -> str:
@@ -45,8 +46,8 @@ def _looks_like_path(spec: str) -> bool:
 
 def check_transformers_knows(spec: str) -> None:
     """A local model whose ``model_type`` mixscope supports but the installed transformers
-    does not know (a family newer than it): one line naming the type and the version
-    installed, before transformers words it as an unknown checkpoint."""
+    does not know (a family newer than it): one line naming the type, the release it needs
+    and the one installed, before transformers words it as an unknown checkpoint."""
     local = _local_directory(spec)
     model_type = model_type_of(local) if local is not None else None
     if model_type is None or model_type not in supported_model_types():
@@ -55,10 +56,11 @@ def check_transformers_knows(spec: str) -> None:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     if model_type not in CONFIG_MAPPING_NAMES:
+        version = needed(model_type)
         raise MixscopeError(
-            f"model type {model_type!r} of {spec!r} needs a newer transformers than the "
-            f"installed {transformers.__version__}, which does not know it: "
-            "pip install -U transformers"
+            f"model type {model_type!r} of {spec!r} needs transformers >= {version} (installed: "
+            f"{transformers.__version__}, which does not know it): "
+            f"pip install -U 'transformers>={version}'"
         )
 
 
