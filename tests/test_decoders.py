@@ -332,7 +332,7 @@ def test_sandwich_and_missing_norms_are_chain_steps(tiny):
     assert all(p.ff_norm is not None for p in gemma.params)
     assert [p.ff_norm is None for p in olmo.params] == [True, False]
     # γ = 1 + w for Gemma's norms
-    w = gemma.blocks[0].post_attention_layernorm.weight.detach()
+    w = gemma.points.blocks[0].post_attention_layernorm.weight.detach()
     assert torch.allclose(gemma.params[0].attn_branch_norm.gamma, 1 + w)
 
 

@@ -20,6 +20,7 @@ import torch
 import mixscope
 from mixscope.corpus.encode import encode_documents
 from mixscope.errors import MixscopeError
+from mixscope.mixing import attention_kernels as AK
 from mixscope.mixing import fast_attention as FA
 from mixscope.mixing.batches import batch_size_for, run_batches
 from mixscope.mixing.engine import MixingEngine
@@ -161,7 +162,7 @@ def test_chunked_logsumexp_is_chunk_independent(monkeypatch):
     q, k = torch.randn(2, 3, 37, 8), torch.randn(2, 3, 37, 8)
     keep = _keep(2, 37, causal=True, lengths=[37, 20], side="left")
     whole = FA.chunked_logsumexp(q, k, FA.additive_mask(keep, q.dtype), 0.3, False)
-    monkeypatch.setattr(FA, "CHUNK_SCORES", 2 * 3 * 37 * 5)  # 5 query rows per chunk
+    monkeypatch.setattr(AK, "CHUNK_SCORES", 2 * 3 * 37 * 5)  # 5 query rows per chunk
     chunked = FA.chunked_logsumexp(q, k, FA.additive_mask(keep, q.dtype), 0.3, False)
     assert (whole - chunked).abs().max() <= 1e-6  # the same up to matmul blocking
     causal = FA.chunked_logsumexp(q, k, None, 0.3, True)
@@ -224,8 +225,8 @@ def test_a_refusing_kernel_falls_back_with_one_warning(monkeypatch, caplog):
     def refuse(*args):
         raise RuntimeError("no kernel for this input\nsecond line")
 
-    monkeypatch.setitem(FA.KERNELS, "cpu", refuse)
-    monkeypatch.setattr(FA, "_warned", set())
+    monkeypatch.setitem(AK.KERNELS, "cpu", refuse)
+    monkeypatch.setattr(AK, "_warned", set())
     torch.manual_seed(3)
     q, k, v = (torch.randn(2, 2, 5, 4) for _ in range(3))
     with caplog.at_level(logging.WARNING, logger="mixscope"):

@@ -145,17 +145,17 @@ def test_sink_identity_catches_weights_of_the_wrong_position(tiny, monkeypatch):
 
 def test_globenc_identity_catches_a_wrong_norm(tiny, monkeypatch):
     """Negative control: γ₂ of LN2 replaced by LN1's."""
-    from mixscope.mixing.engine import MixingEngine
+    from mixscope.mixing.points import ModelPoints
 
     model, tok = tiny("bert", torch.float64)
-    real = MixingEngine._block_params
+    real = ModelPoints.params
 
-    def swapped(self, idx, heads, kv_heads):
-        p = real(self, idx, heads, kv_heads)
+    def swapped(self, idx, needs, heads, kv_heads):
+        p = real(self, idx, needs, heads, kv_heads)
         p.ff_norm.gamma = p.norm.gamma
         return p
 
-    monkeypatch.setattr(MixingEngine, "_block_params", swapped)
+    monkeypatch.setattr(ModelPoints, "params", swapped)
     with pytest.raises(ExactnessError, match="LN2"):
         mixscope.analyze((model, tok), TEXTS, measures=["globenc"], verify=True)
 
@@ -352,9 +352,9 @@ def test_the_chain_s_fused_ratios_are_its_scopes_ratios(tiny, family, monkeypatc
     blocks = []
     real = MixingEngine._finish
 
-    def keep(self, idx, store, out, pairs):
+    def keep(self, capture, idx, store, out, pairs):
         blocks.append((dict(store), self.params[idx]))
-        return real(self, idx, store, out, pairs)
+        return real(self, capture, idx, store, out, pairs)
 
     monkeypatch.setattr(MixingEngine, "_finish", keep)
     mixscope.analyze((model, tok), TEXTS, batch_size=4)

@@ -195,3 +195,16 @@ def test_what_crosses_ray_unpickles_without_hugging_face() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_engine_names_no_capture_point() -> None:
+    """Capture points bring their modules and the weights they are read with
+    (mixing/points.py), so the engine holds nothing point-specific: it names none of them
+    (a new point, an MoE's experts say, is one entry there and its keep in capture.py)."""
+    points = re.findall(r'"(\w+)": Point\(', (SRC / "mixing" / "points.py").read_text())
+    assert {"attn_norm", "ff_in", "ff_norm"} <= set(points)
+    from mixscope.mixing.points import BASE  # every block's own: the engine may say "attention"
+
+    engine = (SRC / "mixing" / "engine.py").read_text(encoding="utf-8")
+    named = [p for p in set(points) - BASE if f'"{p}"' in engine or f"_{p}" in engine or f".{p}" in engine]
+    assert named == []

@@ -1,11 +1,11 @@
 """The weights each block's chain steps need, read from the model through its adapter.
 
-The engine asks once per block (``MixingEngine.params``): W_O and b_O, every norm of the
-chain (the norm after the attention's residual sum, the norms inside the branches, the
-norm after the FF's residual sum) in the statistics dtype with the adapter's γ offset,
-the branch multiplier, and the feed-forward's projections and activation where a selected
-group reads the FF. Everything family-specific here is adapter data; nothing branches on a
-family.
+The capture points ask once per block (mixing/points.py): the attention branch's W_O and
+b_O, norm inside the branch and multiplier always; the norm after the attention's residual
+sum, the feed-forward's projections and activation, the norm inside the FF branch and the
+norm after the FF's residual sum with the points that read them. Norms come in the
+statistics dtype with the adapter's γ offset. Everything family-specific here is adapter
+data; nothing branches on a family.
 """
 
 from __future__ import annotations
@@ -93,20 +93,14 @@ class BlockWeights:
             ),
         )
 
-    def block(
-        self,
-        block: Any,
-        *,
-        norm: Any,
-        ff_norm: Any,
-        heads: int,
-        kv_heads: int,
-        with_ff: bool,
-    ) -> BlockParams:
-        """The weights of ``block``'s chain steps: W_O and b_O, the norm after the
-        attention's residual sum (``norm``; None: none stands there), the norm inside
-        each branch, the branch multiplier, and, ``with_ff``, the feed-forward and the norm
-        after its residual sum (``ff_norm``; None: the identity)."""
+    def norm_of(self, norm: Any, p: BlockParams) -> NormParams:
+        """:meth:`norm` on the hidden width and device of the block ``p`` describes."""
+        return self.norm(norm, p.w_out.shape[0], p.w_out.device)
+
+    def attention(self, block: Any, *, heads: int, kv_heads: int) -> BlockParams:
+        """The attention branch's own weights: W_O and b_O, the norm inside the branch, the
+        branch multiplier. The norms after the residual sums and the feed-forward come
+        with the capture points that read them (mixing/points.py)."""
         a = self.loaded.adapter
         out_proj = block.get_submodule(a.out_proj)
         sd = self.stat_dtype
@@ -116,29 +110,36 @@ class BlockWeights:
         w_out = w_out.to(sd).contiguous()  # [hidden, heads * head_dim]
         hidden, device = w_out.shape[0], w_out.device
         b_out = getattr(out_proj, "bias", None)
-        zeros = torch.zeros(hidden, dtype=sd, device=device)
-
-        def norm_at(path: str | None) -> NormParams | None:
-            return None if path is None else self.norm(block.get_submodule(path), hidden, device)
-
+        branch_norm = a.attn_branch_norm
         config = self.loaded.model.config
-        p = BlockParams(
+        return BlockParams(
             w_out=w_out,
-            b_out=b_out.detach().to(sd) if b_out is not None else zeros,
-            norm=None if norm is None else self.norm(norm, hidden, device),
+            b_out=(
+                b_out.detach().to(sd)
+                if b_out is not None
+                else torch.zeros(hidden, dtype=sd, device=device)
+            ),
+            norm=None,  # the attn_norm point's
             heads=heads,
             kv_heads=kv_heads,
-            attn_branch_norm=norm_at(a.attn_branch_norm),
+            attn_branch_norm=(
+                None
+                if branch_norm is None
+                else self.norm(block.get_submodule(branch_norm), hidden, device)
+            ),
             branch_scale=(
                 float(getattr(config, a.branch_multiplier_attr))
                 if a.branch_multiplier_attr
                 else 1.0
             ),
         )
-        if ff_norm is not None:
-            p.ff_norm = self.norm(ff_norm, hidden, device)
-        if with_ff:
-            p.ff = self.ff(block, hidden, device)
-            p.ff_branch_norm = norm_at(a.ff_branch_norm)
-            p.ff.bias_free = ff_bias_free(p.ff, p)
-        return p
+
+    def add_ff(self, block: Any, p: BlockParams) -> None:
+        """The feed-forward's weights and the norm inside its branch, into ``p`` (whose
+        attention norms are read already: whether a bias part reaches the FF)."""
+        a = self.loaded.adapter
+        hidden, device = p.w_out.shape[0], p.w_out.device
+        p.ff = self.ff(block, hidden, device)
+        if a.ff_branch_norm is not None:
+            p.ff_branch_norm = self.norm(block.get_submodule(a.ff_branch_norm), hidden, device)
+        p.ff.bias_free = ff_bias_free(p.ff, p)

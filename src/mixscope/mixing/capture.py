@@ -1,7 +1,7 @@
 """Forward hooks that capture, per block, what the selected measure groups need.
 
-A *capture point* is a module of the block (found through the architecture adapter) and
-what its hook keeps; a batch registers the points of the union of the groups' needs, for
+A *capture point* (mixing/points.py) is a module of the block and what its hook keeps; a
+batch registers the points of the union of the groups' needs, for
 one forward pass, inside :func:`hooks` — a context manager, so no hook is ever left on a
 long-lived actor's model when registration or the forward fails. When a block's last
 needed point has fired, ``finish(idx, store)`` computes its measures and the store is
@@ -9,39 +9,21 @@ dropped: memory stays at what the forward needs plus O(batch · seq) per layer. 
 last block has finished, the forward pass stops (:class:`ForwardDone`): what follows it
 is never read.
 
-Points (``POINTS``):
-
-- ``block_input``: the block's input x (the residual stream), a forward pre-hook;
-- ``values``: the value vectors ``x W_V + b_V`` (a slice of a fused projection);
-- ``attention``: α — the full weights (eager) or the fast kernel's per-token weights —
-  kept as α_ii and α_i0 (and α whole where a per-pair map or the exactness check reads it);
-  padded query rows zeroed (see :func:`_zero_padded_rows`);
-- ``attn_out``: the output projection, ``Σ_j a_ij + b_O``;
-- ``attn_norm``: the norm after the attention's residual sum (input z, output x̃); where
-  no norm stands there (OLMo-2), the module that reads the sum (input z = output);
-- ``parallel_mlp``: the MLP output of a parallel residual (the token's own term), added
-  wherever ``attn_norm`` is needed on such a model;
-- ``ff_in``: the feed-forward's input projection, its pre-activation ``W₁ y + b₁`` (the
-  gate's, and then ``ff_up``, the up projection's, registered with it);
-- ``ff_out``: the feed-forward's output ``FF(y)``;
-- ``ff_norm``: the norm after the feed-forward's residual sum (LN2 of a post-LN block; the
-  next block's input norm, or the final norm, of a pre-LN one: its hook fires in the next
-  block or after the last, and the block finishes then); where none stands (OLMo-2
-  between blocks), the block's own output, read as the identity's input and output.
+The points, their modules and the weights they bring are mixing/points.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from mixscope.errors import MixscopeError
-from mixscope.mixing.block_tensors import select_values
+from mixscope.mixing.block_tensors import BlockParams, BlockTensors, select_values
 from mixscope.mixing.fast_attention import FastWeights
+from mixscope.mixing.points import ModelPoints
 
 
 class ForwardDone(Exception):
@@ -50,19 +32,8 @@ class ForwardDone(Exception):
     catches it. Not an error: the forward's early end."""
 
 
-#: the points every block registers: the attention block's own tensors (BlockTensors)
-BASE = frozenset({"block_input", "values", "attention", "attn_out", "attn_norm"})
 #: store key under which the names of the points that have fired are kept
 SEEN = "_seen"
-
-
-@dataclass(frozen=True)
-class Point:
-    """A module of block ``idx`` and a hook keeping what the groups read from it."""
-
-    #: the module, or None where this model has no such module
-    module: Callable[[Any, int], Any]
-    pre: bool  # a forward pre-hook (with kwargs) instead of a forward hook
 
 
 def _zero_padded_rows(out: Any, valid: torch.Tensor) -> Any:
@@ -83,47 +54,30 @@ class Capture:
     """The points one batch registers and what each keeps (the engine builds one per run)."""
 
     def __init__(
-        self, engine: Any, needs: frozenset[str], *, full_alpha: bool, first: bool = True
+        self,
+        points: ModelPoints,
+        params: list[BlockParams],
+        needs: frozenset[str],
+        *,
+        stat_dtype: torch.dtype,
+        full_alpha: bool,
+        first: bool = True,
     ) -> None:
-        self.engine = engine
-        a = engine.loaded.adapter
-        if "attn_norm" in needs and a.parallel_residual:
-            needs = needs | {"parallel_mlp"}
-        if "ff_in" in needs and a.ff_up:  # a gated FF: the up projection's too
-            needs = needs | {"ff_up"}
-        self.needs = needs
+        self.points = points
+        self.params = params
+        self.needs = points.expand(needs)
+        self.stat_dtype = stat_dtype
         self.full_alpha = full_alpha  # keep α whole (per-pair maps, the exactness check)
         self.first = first  # keep α_i0 (a selected group reads it)
-        blocks = engine.blocks
-        self.points = {
-            "block_input": Point(lambda _e, i: blocks[i], pre=True),
-            "values": Point(lambda _e, i: blocks[i].get_submodule(a.value), False),
-            "attention": Point(lambda _e, i: blocks[i].get_submodule(a.attention), False),
-            "attn_out": Point(lambda _e, i: blocks[i].get_submodule(a.out_proj), False),
-            # where no norm stands (OLMo-2) the module that reads the sum: before it runs
-            "attn_norm": Point(lambda e, i: e.norms[i], pre=engine.norm_is_identity),
-            "parallel_mlp": Point(lambda _e, i: blocks[i].get_submodule(a.mlp), False),
-            "ff_in": Point(lambda _e, i: blocks[i].get_submodule(a.ff_in), False),
-            "ff_up": Point(lambda _e, i: blocks[i].get_submodule(a.ff_up), False),
-            "ff_out": Point(lambda _e, i: blocks[i].get_submodule(a.ff_out), False),
-            # where no norm follows the FF's residual sum (OLMo-2), the block's own output
-            "ff_norm": Point(
-                lambda e, i: blocks[i] if e.ff_norms[i] is None else e.ff_norms[i], False
-            ),
-        }
-        unknown = needs - set(self.points)
-        if unknown:
-            raise MixscopeError(f"unknown capture point {sorted(unknown)[0]!r}")
 
     def _keep(self, name: str, store: dict[str, Any], args: Any, kwargs: Any, out: Any) -> Any:
         """Keep what point ``name`` gives; returns a replacement output or None."""
-        e = self.engine
-        sd = e.stat_dtype
+        points, sd = self.points, self.stat_dtype
         if name == "block_input":
             store["x"] = (args[0] if args else kwargs["hidden_states"]).to(sd)
         elif name == "values":
-            p = e.params[store["idx"]]
-            layout = e.loaded.adapter.value_layout
+            p = self.params[store["idx"]]
+            layout = points.adapter.value_layout
             store["values"] = select_values(out, layout, p.heads, p.head_dim, p.kv_heads)
         elif name == "attention":
             return self._keep_attention(store, out)
@@ -135,18 +89,18 @@ class Capture:
             # OPT normalizes a [batch · seq, hidden] view
             store["z"] = z.reshape(x_shape).to(sd)
             # where no norm stands (OLMo-2) the point is the module reading z: y = z
-            y = z if e.norm_is_identity else out
+            y = z if points.norm_is_identity else out
             store["y"] = y.reshape(x_shape).to(sd)
         elif name == "parallel_mlp":
             store["extra"] = out.to(sd)
         elif name == "ff_norm":
-            if e.ff_norms[store["idx"]] is None:  # the block's output: the identity's in = out
+            if points.ff_norms[store["idx"]] is None:  # the block's output: the identity's in = out
                 v = out if isinstance(out, torch.Tensor) else out[0]
                 store["ff_norm_in"] = store["ff_norm_out"] = v.to(sd)
             else:
                 store["ff_norm_in"] = args[0].reshape(self._shape(store, out)).to(sd)
                 store["ff_norm_out"] = out.reshape(self._shape(store, out)).to(sd)
-        elif name == "ff_in" and e.loaded.adapter.ff_fused_gate_up:  # Phi-3: [gate | up]
+        elif name == "ff_in" and points.adapter.ff_fused_gate_up:  # Phi-3: [gate | up]
             gate, up = out.reshape(self._shape(store, out)).to(sd).chunk(2, dim=-1)
             store["ff_in"], store["ff_up"] = gate, up
         elif name in ("ff_in", "ff_up", "ff_out"):  # OPT's FF runs on [batch · seq, ·]
@@ -173,16 +127,39 @@ class Capture:
             if self.first:
                 store["alpha_first"] = _first_column(weights, batch.first)
             if self.full_alpha:
-                store["alpha"] = weights.to(self.engine.stat_dtype)
+                store["alpha"] = weights.to(self.stat_dtype)
         if not bool(batch.valid.all()):
             return _zero_padded_rows(out, batch.valid)
         return None
+
+    def tensors(self, store: dict[str, Any]) -> BlockTensors:
+        """A finished block's tensors from what its hooks kept (the BASE points always
+        fire: x, values, α, attn_out, z, y are there; the rest where a group read them)."""
+        return BlockTensors(
+            x=store["x"],
+            values=store["values"].to(self.stat_dtype),
+            alpha_self=store["alpha_self"],
+            alpha=store.get("alpha"),
+            attn_out=store["attn_out"],
+            z=store["z"],
+            y=store["y"],
+            extra=store.get("extra"),
+            alpha_first=store.get("alpha_first"),
+            ff_norm_in=store.get("ff_norm_in"),
+            ff_norm_out=store.get("ff_norm_out"),
+            ff_pre=(
+                tuple(store[k] for k in ("ff_in", "ff_up") if k in store)
+                if "ff_in" in store
+                else None
+            ),
+            ff_out=store.get("ff_out"),
+        )
 
     @contextlib.contextmanager
     def hooks(self, batch: Any, finish: Callable[[int, dict[str, Any]], None]) -> Iterator[None]:
         """Hooks on every block for one forward pass; all removed on the way out."""
         handles = []
-        remaining = [self.engine.num_layers]  # blocks not yet finished
+        remaining = [self.points.num_layers]  # blocks not yet finished
 
         def finish_block(idx: int, store: dict[str, Any]) -> None:
             finish(idx, store)
@@ -191,7 +168,7 @@ class Capture:
                 raise ForwardDone
 
         try:
-            for idx in range(self.engine.num_layers):
+            for idx in range(self.points.num_layers):
                 store: dict[str, Any] = {"idx": idx, "batch": batch, SEEN: set()}
                 for name in sorted(self.needs):
                     handles.append(self._register(name, idx, store, finish_block))
@@ -203,8 +180,8 @@ class Capture:
     def _register(
         self, name: str, idx: int, store: dict[str, Any], finish: Callable[..., None]
     ) -> Any:
-        point = self.points[name]
-        module = point.module(self.engine, idx)
+        point = self.points.points[name]
+        module = point.module(idx)
 
         def fired(args: Any, kwargs: Any, out: Any) -> Any:
             replaced = self._keep(name, store, args, kwargs, out)

@@ -25,15 +25,15 @@ import torch
 
 from mixscope.errors import MixscopeError
 from mixscope.mixing import ATTENTION_MODES
-from mixscope.mixing.block_tensors import BlockParams, BlockTensors
 from mixscope.mixing.block_weights import BlockWeights
-from mixscope.mixing.capture import BASE, Capture, ForwardDone
+from mixscope.mixing.capture import Capture, ForwardDone
 from mixscope.mixing.chain import BlockChain
 from mixscope.mixing.exactness import attention_sum, check_residuals
 from mixscope.mixing.fast_attention import FAST_ATTENTION, first_positions, register, release_masks
 from mixscope.mixing.measures import GROUPS, MeasureSet, Selection, select
 from mixscope.mixing.measures.base import BatchInfo
 from mixscope.mixing.pairs import pair_norms
+from mixscope.mixing.points import BASE, ModelPoints
 from mixscope.models.loading import LoadedModel
 
 
@@ -99,24 +99,6 @@ class MixingEngine:
         self.oom_token_limit: int | None = None
         model = loaded.model
         adapter = loaded.adapter
-        self.blocks = list(model.get_submodule(adapter.layers))
-        # the norm that follows each block's residual sum (see Adapter.parallel_residual);
-        # where none stands (OLMo-2), the module that reads the sum (its input is z = y)
-        self.norm_is_identity = adapter.norm_after is None and not adapter.parallel_residual
-        if adapter.parallel_residual:
-            if not (adapter.mlp and adapter.next_norm and adapter.final_norm):
-                raise MixscopeError(f"adapter {adapter.family}: parallel residual needs mlp/norms")
-            self.norms = [b.get_submodule(adapter.next_norm) for b in self.blocks[1:]]
-            self.norms.append(model.get_submodule(adapter.final_norm))
-        elif self.norm_is_identity:
-            if not adapter.mlp:
-                raise MixscopeError(f"adapter {adapter.family}: no norm after and no mlp")
-            self.norms = [b.get_submodule(adapter.mlp) for b in self.blocks]
-        else:
-            assert adapter.norm_after is not None
-            self.norms = [b.get_submodule(adapter.norm_after) for b in self.blocks]
-        # the norm after each block's feed-forward residual, where a selected group reads it
-        self.ff_norms = self._ff_norms() if self._reads("ff_norm") else []
         self.model_dtype = next(model.parameters()).dtype
         self.stat_dtype = _stat_dtype(self.model_dtype)
         # the dtype the norm really computes in, for the exactness tolerance
@@ -130,51 +112,23 @@ class MixingEngine:
         kv_heads = (
             int(getattr(config, adapter.kv_heads_attr, heads)) if adapter.kv_heads_attr else heads
         )
-        self.weights = BlockWeights(loaded, self.stat_dtype)
-        self.params = [self._block_params(idx, heads, kv_heads) for idx in range(len(self.blocks))]
-
-    def _reads(self, point: str) -> bool:
-        """A selected group reads ``point`` (computing, or checking under verify)."""
-        return any(point in g.needs | g.verify_needs for g in self.groups)
-
-    def _ff_norms(self) -> list[Any | None]:
-        """The norm after each block's feed-forward residual sum: LN2 of a post-LN block,
-        the next block's input norm (the final norm after the last) of a pre-LN one; None
-        where no norm stands there (OLMo-2 between blocks: the identity)."""
-        a = self.loaded.adapter
-        if a.ff_norm is not None:
-            return [b.get_submodule(a.ff_norm) for b in self.blocks]
-        if not a.final_norm:
-            raise MixscopeError(f"adapter {a.family}: no norm after the feed-forward")
-        try:
-            final = self.loaded.model.get_submodule(a.final_norm)
-        except AttributeError:  # OPT without a final norm (_remove_final_layer_norm)
-            raise MixscopeError(
-                f"this {a.family} model has no norm after its last block: no ff group"
-            ) from None
-        after = [b.get_submodule(a.next_norm) if a.next_norm else None for b in self.blocks[1:]]
-        return [*after, final]
+        # each block's params: the attention's own weights and what the points the selected
+        # groups read (computing, or checking under verify) bring (mixing/points.py)
+        self.points = ModelPoints(loaded, BlockWeights(loaded, self.stat_dtype))
+        reads = BASE.union(*(g.needs | g.verify_needs for g in self.groups))
+        needs = self.points.expand(reads)
+        self.params = [
+            self.points.params(idx, needs, heads, kv_heads) for idx in range(self.num_layers)
+        ]
 
     @property
     def num_layers(self) -> int:
-        return len(self.blocks)
+        return self.points.num_layers
 
     @property
     def measure_set(self) -> MeasureSet:
         """The columns of the engine's output, in order."""
         return self.selection.measures
-
-    def _block_params(self, idx: int, heads: int, kv_heads: int) -> BlockParams:
-        """Block ``idx``'s weights for its chain's steps (mixing/block_weights.py)."""
-        ff_norms = self.ff_norms
-        return self.weights.block(
-            self.blocks[idx],
-            norm=None if self.norm_is_identity else self.norms[idx],
-            ff_norm=ff_norms[idx] if ff_norms else None,
-            heads=heads,
-            kv_heads=kv_heads,
-            with_ff=self._reads("ff_in"),
-        )
 
     def no_context(self, valid: torch.Tensor) -> torch.Tensor:
         """Real tokens with no other real token to attend to: [batch, seq] bool.
@@ -201,29 +155,12 @@ class MixingEngine:
         first = valid.long().argmax(dim=-1)  # [batch] the first real position
         return BatchInfo(valid=valid, no_context=self.no_context(valid), first=first)
 
-    def _finish(self, idx: int, store: dict[str, Any], out: list[Any], pairs: bool) -> None:
+    def _finish(
+        self, capture: Capture, idx: int, store: dict[str, Any], out: list[Any], pairs: bool
+    ) -> None:
         """A block's measures from what its hooks kept (``out``: per-layer results)."""
-        sd = self.stat_dtype
         batch: BatchInfo = store["batch"]
-        t = BlockTensors(  # the BASE points always fire: x, values, α, attn_out, z, y are here
-            x=store["x"],
-            values=store["values"].to(sd),
-            alpha_self=store["alpha_self"],
-            alpha=store.get("alpha"),
-            attn_out=store["attn_out"],
-            z=store["z"],
-            y=store["y"],
-            extra=store.get("extra"),
-            alpha_first=store.get("alpha_first"),
-            ff_norm_in=store.get("ff_norm_in"),
-            ff_norm_out=store.get("ff_norm_out"),
-            ff_pre=(
-                tuple(store[k] for k in ("ff_in", "ff_up") if k in store)
-                if "ff_in" in store
-                else None
-            ),
-            ff_out=store.get("ff_out"),
-        )
+        t = capture.tensors(store)
         p = self.params[idx]
         if self.verify:  # the scopes again, with Σ_j a_ij rebuilt from α and the values
             exact = BlockChain(t, p, attention_sum(t, p))
@@ -266,7 +203,14 @@ class MixingEngine:
         if self.verify:
             needs |= frozenset().union(*(g.verify_needs for g in self.groups))
         first = any(g.first_position for g in self.groups)  # α_i0 only where it is read
-        capture = Capture(self, needs, full_alpha=pairs or self.verify, first=first)
+        capture = Capture(
+            self.points,
+            self.params,
+            needs,
+            stat_dtype=self.stat_dtype,
+            full_alpha=pairs or self.verify,
+            first=first,
+        )
         # per-layer measures, per-layer maps, exactness residuals
         out: list[Any] = [[None] * self.num_layers, [None] * self.num_layers, []]
 
@@ -283,7 +227,7 @@ class MixingEngine:
         model.eval()
         try:
             with (
-                capture.hooks(batch, lambda idx, store: self._finish(idx, store, out, pairs)),
+                capture.hooks(batch, lambda i, store: self._finish(capture, i, store, out, pairs)),
                 first_positions(batch.first if first else None),
                 attention_implementation(model, implementation),
             ):

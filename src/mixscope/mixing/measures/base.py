@@ -10,7 +10,7 @@ makes them cheap. It states, as data, everything the rest of mixscope needs to k
 - where it applies (:meth:`MeasureGroup.unsupported` gives the reason it does not, for an
   architecture adapter), so a group that does not apply is refused before any work;
 - what it needs captured from the forward pass (``needs``: names of
-  :data:`mixscope.mixing.capture.POINTS`; ``verify_needs``: more for its exactness check);
+  :mod:`mixscope.mixing.points`; ``verify_needs``: more for its exactness check);
 - its tensor code: :meth:`MeasureGroup.compute` returns ``[measure, batch, seq]`` in the
   order of its columns (the engine checks the shape), and :meth:`MeasureGroup.check` its
   exactness identity's residuals. Both read the block through its chain
