@@ -159,3 +159,62 @@ def test_contribution_maps_shapes(minilm):
         off = ~np.eye(n, dtype=bool)
         assert np.array_equal(m.attn_n[:, off], m.attnres_n[:, off])
         assert (m.attnresln_n >= 0).all()
+
+
+# ---------------------------------------------------------------- a first hour's API
+
+
+def test_dir_lists_the_public_api():
+    """``dir(mixscope)`` (and a notebook's completion) shows the lazily loaded names."""
+    names = dir(mixscope)
+    assert {"analyze", "open", "contribution_maps", "to_pandas", "Results"} <= set(names)
+    assert names == sorted(mixscope.__all__)
+
+
+def test_analyze_defaults_to_the_cli_s_model(minilm):
+    """``analyze(texts=[...])`` and ``analyze([...])`` take the packaged MiniLM, as the CLI
+    does: the same rows as the loaded MiniLM's; no texts at all is one clear error."""
+    from mixscope.errors import MixscopeError
+
+    texts = ["The cat sat on the mat.", "A dog barked."]
+    want = mixscope.analyze(minilm, texts)
+    for got in (mixscope.analyze(texts=texts), mixscope.analyze(texts)):
+        assert (
+            got.num_rows
+            == want.num_rows
+            == 6
+            * sum(  # 6 layers, tokens with CLS/SEP
+                len(minilm[1](t)["input_ids"]) for t in texts
+            )
+        )
+        assert np.allclose(got["attn_n"].to_numpy(), want["attn_n"].to_numpy(), atol=1e-6)
+    with pytest.raises(MixscopeError, match="no texts"):
+        mixscope.analyze()
+
+
+def test_weight_loading_bars_stay_off_unless_asked(minilm_path, capfd):
+    """transformers' weight-loading bar would print into a notebook: off by default,
+    there with ``progress=True``, and the global setting restored either way."""
+    from transformers.utils import logging as hf_logging
+
+    mixscope.analyze(str(minilm_path), ["A sentence."])
+    quiet = capfd.readouterr().err
+    mixscope.analyze(str(minilm_path), ["A sentence."], progress=True)
+    shown = capfd.readouterr().err
+    assert "Loading weights" not in quiet and "Loading weights" in shown
+    assert hf_logging.is_progress_bar_enabled()
+
+
+def test_all_reports_the_groups_it_skipped(tiny):
+    """``measures="all"`` on OLMo-2 (no norm after the attention's residual sum: no
+    ``globenc``) says so in one warning and in the table's metadata, with why."""
+    import json
+
+    model, tok = tiny("olmo2", torch.float32)
+    with pytest.warns(UserWarning, match="skipped groups that do not apply: globenc") as rec:
+        table = mixscope.analyze((model, tok), ["A short text."], measures="all")
+    assert len(rec) == 1
+    meta = table.schema.metadata
+    skipped = json.loads(meta[b"mixscope.skipped"])
+    assert list(skipped) == ["globenc"] and skipped["globenc"]
+    assert "ffresln_n" in table.column_names and "globenc_n" not in table.column_names

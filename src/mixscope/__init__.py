@@ -32,6 +32,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from mixscope.results import Results, open
 
 
+def __dir__() -> list[str]:
+    """The public API, the lazily loaded names included (``dir(mixscope)``, completion)."""
+    return sorted(__all__)
+
+
 def __getattr__(name: str) -> Any:
     if name in ("analyze", "contribution_maps"):
         from mixscope import api

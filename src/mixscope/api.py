@@ -5,7 +5,9 @@ Used by notebooks, tests, the CLI and (later) the shard worker; everything else 
 
 from __future__ import annotations
 
+import json
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,7 @@ from mixscope.mixing.batches import BATCH_TOKENS, run_batches
 from mixscope.mixing.engine import MixingEngine
 from mixscope.mixing.measures import parse_names
 from mixscope.models.loading import LoadedModel, load
+from mixscope.models.packaged import DEFAULT_MODEL
 from mixscope.store.schema import MEASURE_COLUMNS, PAIR_MEASURES, tokens_schema
 
 log = logging.getLogger("mixscope")
@@ -43,6 +46,19 @@ class ContributionMap:
         raise AttributeError(name)
 
 
+def model_and_texts(model: Any, texts: Any) -> tuple[Any, Any]:
+    """The model and the texts of a call: ``analyze(texts=[...])`` and ``analyze([...])``
+    (a list of texts where the model goes: no model is a list) take the CLI's default
+    model, the packaged MiniLM."""
+    if texts is None and isinstance(model, list):
+        return DEFAULT_MODEL, model
+    if texts is None:
+        raise MixscopeError(
+            "no texts: call analyze(texts=[...]) (the default model) or analyze(model, texts)"
+        )
+    return (DEFAULT_MODEL if model is None else model), texts
+
+
 def _prepare(
     model: Any,
     texts: Any,
@@ -56,7 +72,9 @@ def _prepare(
     seed: int,
     mask_count: str = "round",
     measures: Any = None,
+    progress: bool = False,
 ) -> tuple[LoadedModel, list[EncodedSequence]]:
+    model, texts = model_and_texts(model, texts)
     docs = validate_documents(texts)
     if batch_size < 1:
         raise MixscopeError(f"batch_size must be at least 1, got {batch_size}")
@@ -67,7 +85,7 @@ def _prepare(
         from mixscope.models.resolve import resolved_measures  # before the weights load
 
         resolved_measures(model, measures, revision=revision)
-    loaded = load(model, revision=revision, dtype=dtype, device=device)
+    loaded = load(model, revision=revision, dtype=dtype, device=device, progress=progress)
     max_length = loaded.resolve_max_length(max_length)
     seqs = encode_documents(
         loaded.tokenizer,
@@ -116,8 +134,8 @@ def to_table(
 
 
 def analyze(
-    model: Any,
-    texts: Any,
+    model: Any = None,
+    texts: Any = None,
     *,
     max_length: int | None = None,
     batch_size: int = 8,
@@ -132,11 +150,13 @@ def analyze(
     attention: str = "auto",
     batch_tokens: int | None = BATCH_TOKENS,
     measures: Any = None,
+    progress: bool = False,
 ) -> pa.Table:
     """Context-mixing measures of every token and layer of ``texts``.
 
     ``model``: a local directory, a hub id, or a ``(model, tokenizer)`` pair of loaded
-    transformers objects (any attention implementation; the run chooses its own).
+    transformers objects (any attention implementation; the run chooses its own); default
+    the CLI's, the packaged MiniLM (``analyze(texts=[...])``, or a list of texts alone).
     ``texts``: strings or ``(text, text_pair)`` tuples. Returns one row per
     (doc_id, segment, position, layer) in :data:`mixscope.store.schema.TOKENS_SCHEMA`;
     padding never appears. ``mask_rate`` of each sequence's ``m`` non-special tokens are
@@ -155,8 +175,11 @@ def analyze(
     ``measures``: the measure groups to compute (``["paper", "globenc", "sink"]``, a
     comma-separated string, or ``"all"``: every group that applies to the model; default
     the paper's); a group named explicitly that does not apply to the model raises a
-    :class:`~mixscope.errors.MixscopeError` before any work. One float32 column per
-    measure of the selected groups (``mixscope.measure_groups()`` lists them).
+    :class:`~mixscope.errors.MixscopeError` before any work; ``"all"`` skips the groups
+    that do not apply, says which in one warning, and lists them (with why) in the table's
+    schema metadata ``mixscope.skipped`` (JSON). One float32 column per measure of the
+    selected groups (``mixscope.measure_groups()`` lists them). ``progress``: transformers'
+    weight-loading bars (off: they would print into a notebook's output).
     """
     names = parse_names(measures)  # an unknown group: before anything
     loaded, seqs = _prepare(
@@ -171,18 +194,27 @@ def analyze(
         seed=seed,
         mask_count=mask_count,
         measures=names,
+        progress=progress,
     )
     engine = MixingEngine(loaded, verify=verify, attention=attention, measures=names)
+    skipped = dict(engine.selection.skipped)
+    if skipped:
+        why = "; ".join(f"{name} ({reason})" for name, reason in skipped.items())
+        warnings.warn(f"measures='all' skipped groups that do not apply: {why}", stacklevel=2)
     results = run_batches(
         engine, seqs, batch_size, batch_tokens=batch_tokens, padding_side=padding_side
     )
     columns = engine.measure_set.columns
-    return to_table(seqs, [m for m, _ in results], loaded.tokenizer, columns)
+    table = to_table(seqs, [m for m, _ in results], loaded.tokenizer, columns)
+    if not skipped:  # the schema exactly as tokens_schema gives it
+        return table
+    meta = {**(table.schema.metadata or {}), b"mixscope.skipped": json.dumps(skipped).encode()}
+    return table.replace_schema_metadata(meta)
 
 
 def contribution_maps(
-    model: Any,
-    texts: Any,
+    model: Any = None,
+    texts: Any = None,
     *,
     max_length: int | None = None,
     batch_size: int = 1,
@@ -193,12 +225,14 @@ def contribution_maps(
     seed: int = 0,
     mask_count: str = "round",
     padding_side: str | None = None,
+    progress: bool = False,
 ) -> list[ContributionMap]:
     """Per-pair norms ‖P_ij‖ of ATTN-N, ATTNRES-N and ATTNRESLN-N for a handful of texts.
 
     Memory is O(layers · seq²) per sequence for the maps themselves, computed in Gram form
     (no [batch, heads, seq, seq, hidden] tensor). One map per sequence (segment). In a
-    causal model the entries above the diagonal (j > i) are exactly 0.
+    causal model the entries above the diagonal (j > i) are exactly 0. ``model`` and
+    ``progress`` as :func:`analyze`'s.
     """
     loaded, seqs = _prepare(
         model,
@@ -211,6 +245,7 @@ def contribution_maps(
         mask_rate=mask_rate,
         seed=seed,
         mask_count=mask_count,
+        progress=progress,
     )
     engine = MixingEngine(loaded, attention="eager")  # the maps read the full weights
     results = run_batches(engine, seqs, batch_size, pairs=True, padding_side=padding_side)

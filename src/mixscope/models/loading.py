@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +103,19 @@ def _base_model(model: Any, adapter: Adapter) -> Any:
     )
 
 
+@contextlib.contextmanager
+def progress_bars(enabled: bool) -> Iterator[None]:
+    """transformers' progress bars on or off inside, as they were outside."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
+
+
 def load(
     model: Any,
     *,
@@ -108,13 +123,16 @@ def load(
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
     tokenizer: Any = None,
+    progress: bool = False,
 ) -> LoadedModel:
     """Load ``model`` (directory, hub id, or ``(model, tokenizer)``) onto ``device``.
 
     Loaded objects are used as they are (moved to ``device``; cast only if ``dtype`` is
     given); a path or hub id is loaded with eager attention, which the decomposition
     needs because it reads the attention weights. ``tokenizer``: the path's tokenizer,
-    already loaded (``load_tokenizer``), so only the weights load here.
+    already loaded (``load_tokenizer``), so only the weights load here. ``progress``:
+    transformers' weight-loading bars, off unless asked (they would print into a notebook's
+    output and an actor's log).
     """
     torch_dtype = resolve_dtype(dtype)
     dev = resolve_device(device)
@@ -145,9 +163,10 @@ def load(
     try:
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
-        hf_model = AutoModel.from_pretrained(
-            source, revision=revision, attn_implementation="eager", dtype=torch_dtype
-        )
+        with progress_bars(progress):
+            hf_model = AutoModel.from_pretrained(
+                source, revision=revision, attn_implementation="eager", dtype=torch_dtype
+            )
     except (OSError, ValueError) as exc:
         first = first_line(exc) or type(exc).__name__
         raise MixscopeError(f"could not load model {spec!r}: {first}") from exc
