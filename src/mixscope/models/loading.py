@@ -12,7 +12,13 @@ import torch
 
 from mixscope.errors import MixscopeError, first_line
 from mixscope.models.adapters import Adapter, adapter_for_config
-from mixscope.models.resolve import check_max_length, load_config, position_limit, resolve_source
+from mixscope.models.resolve import (
+    check_max_length,
+    hub_kwargs,
+    load_config,
+    position_limit,
+    resolve_source,
+)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -160,12 +166,13 @@ def load(
     from transformers import AutoModel, AutoTokenizer
 
     adapter = adapter_for_config(config)
+    hub = hub_kwargs(source, revision)  # the model's cache where the hub is unreachable
     try:
         if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision)
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, **hub)
         with progress_bars(progress):
             hf_model = AutoModel.from_pretrained(
-                source, revision=revision, attn_implementation="eager", dtype=torch_dtype
+                source, revision=revision, attn_implementation="eager", dtype=torch_dtype, **hub
             )
     except (OSError, ValueError) as exc:
         first = first_line(exc) or type(exc).__name__

@@ -44,6 +44,17 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith(("/", "./", "../", "~", ".\\")) or spec.count("/") >= 2 or "\\" in spec
 
 
+def hub_kwargs(source: str, revision: str | None = None) -> dict[str, Any]:
+    """``from_pretrained``'s keyword arguments for ``source``: none for a local directory;
+    for a hub id, a quick refusal where the hub cannot be reached and the model is not
+    cached (models/hub.py)."""
+    if Path(source).is_dir():
+        return {}
+    from mixscope.models.hub import hub_options
+
+    return hub_options(source, revision)
+
+
 def check_transformers_knows(spec: str) -> None:
     """A local model whose ``model_type`` mixscope supports but the installed transformers
     does not know (a family newer than it): one line naming the type, the release it needs
@@ -71,7 +82,7 @@ def load_config(spec: str, *, revision: str | None = None) -> Any:
     source = resolve_source(spec)
     check_transformers_knows(spec)
     try:
-        return AutoConfig.from_pretrained(source, revision=revision)
+        return AutoConfig.from_pretrained(source, revision=revision, **hub_kwargs(source, revision))
     except (OSError, ValueError) as exc:
         first = first_line(exc) or type(exc).__name__
         raise MixscopeError(
@@ -86,7 +97,10 @@ def load_tokenizer(spec: str, *, revision: str | None = None) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(resolve_source(spec), revision=revision)
+        source = resolve_source(spec)
+        return AutoTokenizer.from_pretrained(
+            source, revision=revision, **hub_kwargs(source, revision)
+        )
     except (OSError, ValueError) as exc:
         first = first_line(exc) or type(exc).__name__
         raise MixscopeError(f"could not load the tokenizer of {spec!r}: {first}") from exc

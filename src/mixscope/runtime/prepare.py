@@ -180,11 +180,7 @@ def identity_options(
 
 def _pair_fits(spec: JobSpec, max_length: int) -> Any:
     """The pair test of ``corpus/plan.py`` with the job's tokenizer and sequence length."""
-    from transformers import AutoTokenizer
-
     from mixscope.corpus.encode import pair_fit_check
-    from mixscope.models.resolve import resolve_source
+    from mixscope.models.resolve import load_tokenizer
 
-    source = resolve_source(spec.model)
-    tokenizer = AutoTokenizer.from_pretrained(source, revision=spec.analysis.revision)
-    return pair_fit_check(tokenizer, max_length)
+    return pair_fit_check(load_tokenizer(spec.model, revision=spec.analysis.revision), max_length)
