@@ -273,16 +273,34 @@ def _splitmix64(x: int) -> int:
     return z ^ (z >> 31)
 
 
-def test_sample_keeps_exactly_the_documented_documents(tiny_bert_dir, tmp_path):
-    rate = 0.3
+def _documented_sample(root: Path, rate: float) -> set[int]:
+    """The documented rule, from the run's plan: the documents whose hash is under the
+    rate, and in a shard where none is, the shard's document of smallest hash."""
+    (plan_file,) = root.glob("_mixscope/runs/*/plan.json")
+    want = set()
+    for shard in json.loads(plan_file.read_text())["shards"]:
+        ids = range(shard["first_doc"], shard["first_doc"] + shard["n_docs"])
+        under = {d for d in ids if _splitmix64(d) < rate * 2**64}
+        want |= under or {min(ids, key=_splitmix64)}
+    return want
+
+
+@pytest.mark.parametrize("rate", [0.3, 0.01])
+def test_sample_keeps_exactly_the_documented_documents(tiny_bert_dir, tmp_path, rate):
     s = run_job(
         _spec(tiny_bert_dir, tmp_path, **{"output.detail": "sample", "output.sample_rate": rate}),
         show_progress=False,
     )
-    n_docs = 30 // 2  # pairs
-    want = {d for d in range(n_docs) if _splitmix64(d) < rate * 2**64}
-    assert 0 < len(want) < n_docs
-    assert set(in_sample(np.arange(n_docs), rate).nonzero()[0].tolist()) == want
+    n_docs = 30 // 2  # pairs; 5 shards of 3 documents
+    # by hand: documents 3 and 10 hash under 0.3 (none under 0.01); the shards without one
+    # keep their smallest hash: 1 of 0-2, 7 of 6-8, 14 of 12-14 (and 3, 10 are their
+    # shards' smallest too), so both rates keep these five, one per shard
+    assert {d for d in range(n_docs) if _splitmix64(d) < rate * 2**64} == (
+        {3, 10} if rate == 0.3 else set()
+    )
+    want = _documented_sample(tmp_path, rate)
+    assert want == {1, 3, 7, 10, 14}
+    assert set(in_sample(np.arange(n_docs), rate).nonzero()[0].tolist()) <= want
     con = connect(str(tmp_path))
     kept = {d for (d,) in con.execute("SELECT DISTINCT doc_id FROM tokens").fetchall()}
     assert kept == want
@@ -292,6 +310,13 @@ def test_sample_keeps_exactly_the_documented_documents(tiny_bert_dir, tmp_path):
         ).fetchall()
     )
     assert {d for d, f in flags.items() if f} == want and len(flags) == n_docs
+    # the documents view says the same, and the commit records count the kept rows
+    assert {
+        d for (d,) in con.execute("SELECT doc_id FROM documents WHERE in_detail").fetchall()
+    } == want
+    commits = tmp_path.glob("_mixscope/runs/*/commits/*.json")
+    detail_rows = sum(json.loads(c.read_text())["detail_rows"] for c in commits)
+    assert detail_rows == con.execute("SELECT count(*) FROM tokens").fetchone()[0] > 0
     # statistics cover every document
     total = con.execute("SELECT sum(n) FROM layer_stats WHERE measure = 'attn_w'").fetchone()[0]
     assert total == s.rows > con.execute("SELECT count(*) FROM tokens").fetchone()[0]

@@ -173,7 +173,9 @@ class OutputSpec:
         choices=DETAIL_MODES,
     )
     sample_rate: float = setting(
-        0.01, "detail sample: share of documents kept (a hash of the doc id)."
+        0.01,
+        "detail sample: share of documents kept, a floor: the documents whose doc-id hash "
+        "is under the rate, and in every shard at least one (its smallest hash).",
     )
     precision: str = setting(
         "float32", "The stored precision of the detail's measures.", choices=PRECISIONS

@@ -24,7 +24,7 @@ from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
 from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
 from mixscope.stats.accumulate import ShardStatistics
-from mixscope.stats.detail import detail_table, kept
+from mixscope.stats.detail import ShardFloor, detail_table, kept
 from mixscope.stats.token_block import Vocabulary, token_block
 from mixscope.store.layout import Layout
 from mixscope.store.schema import DOCUMENT_SCHEMA
@@ -53,9 +53,12 @@ class ShardResults:
         self._stats = ShardStatistics(vocab, self.measures)
         self._detail: ParquetBuffer | None = None
         self._per_doc: dict[int, list[int]] = {}  # doc_id → [segments, tokens]
+        self._layers = 0  # the model's layers (every chunk's)
         self.tokens = 0
         self.rows = 0  # token-layer rows analysed (all in the statistics)
         self.detail_rows = 0  # token-layer rows kept as detail
+        # output.detail=sample: at least one document per shard (stats/detail.py)
+        self._floor = ShardFloor() if output.detail == "sample" else None
 
     def add(self, seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray]) -> None:
         """Queue one chunk (``measures[k]``: [layer, measure, seq] of ``seqs[k]``)."""
@@ -74,15 +77,16 @@ class ShardResults:
 
     def _consume(self, seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray]) -> None:
         block = token_block(seqs, measures, self.vocab, self.measures)
+        self._layers = block.layers
         self._stats.add(block)
         keep = kept(block.doc_id, self.output.detail, self.output.sample_rate)
+        floor = self._floor
+        if floor is not None and (held := floor.offer(block.doc_id, keep)) is not None:
+            # the shard's smallest-hash document so far: its rows held back until finish
+            floor.hold(self._detail_table(block.take(block.doc_id == held)))
         if keep.any():
             part = block if keep.all() else block.take(keep)
-            table = detail_table(part, self.vocab, self.output.precision, self.measures.stored)
-            if self._detail is None:
-                self._detail = ParquetBuffer(table.schema)
-            self._detail.add(table)
-            self.detail_rows += len(part) * block.layers
+            self._add_detail(self._detail_table(part))
         for s in seqs:
             entry = self._per_doc.setdefault(s.doc_id, [0, 0])
             entry[0] += 1
@@ -90,9 +94,21 @@ class ShardResults:
         self.tokens += len(block)
         self.rows += len(block) * block.layers
 
+    def _detail_table(self, part: Any) -> pa.Table:
+        return detail_table(part, self.vocab, self.output.precision, self.measures.stored)
+
+    def _add_detail(self, table: pa.Table) -> None:
+        if self._detail is None:
+            self._detail = ParquetBuffer(table.schema)
+        self._detail.add(table)
+        self.detail_rows += len(table) * self._layers
+
     def finish(self, docs: Sequence[Document]) -> dict[str, dict[str, Any]]:
         """Merge and write every file of the shard; kind → its manifest entry."""
         self._wait()
+        if self._floor is not None and not self._floor.sampled:
+            for table in self._floor.parts:  # no document under the rate: the floor's one
+                self._add_detail(table)
         files: dict[str, dict[str, Any]] = {}
         for name, table in self._stats.tables().items():
             files[name] = self._write(name, table, stats=True)  # a partial
@@ -107,6 +123,13 @@ class ShardResults:
         path = self.layout.shard_file(kind, self.run_id, self.shard_id)
         return write_parquet(self.layout, path, table, stats, partial=stats)
 
+    def _floor_docs(self) -> list[int]:
+        """The document kept by the one-per-shard minimum alone (none, or one)."""
+        floor = self._floor
+        if floor is None or floor.sampled or floor.doc_id is None:
+            return []
+        return [floor.doc_id]
+
     def _documents(self, docs: Sequence[Document]) -> pa.Table:
         ids = np.array([d.doc_id for d in docs], dtype=np.int64)
         return pa.Table.from_pydict(
@@ -117,7 +140,8 @@ class ShardResults:
                 "external_id": [d.external_id for d in docs],
                 "segments": [self._per_doc.get(d.doc_id, [0, 0])[0] for d in docs],
                 "tokens": [self._per_doc.get(d.doc_id, [0, 0])[1] for d in docs],
-                "in_detail": kept(ids, self.output.detail, self.output.sample_rate),
+                "in_detail": kept(ids, self.output.detail, self.output.sample_rate)
+                | np.isin(ids, self._floor_docs()),
             },
             schema=DOCUMENT_SCHEMA,
         )

@@ -10,8 +10,9 @@ by measure, the derived measures added; ``token_stats`` and ``token_hist`` with 
 ``token`` string of ``token_strings``, ``token_stats_by_id`` and ``token_hist_by_id``
 without it), ``tokens`` (the detail as one row per token per layer, with ``run_id`` and a
 ``category``: normal, mask, cls, sep, other_special) and ``occurrences`` (one row per
-token, layer-averaged) — both refuse to answer, naming the mode, when no selected run kept
-detail — ``runs`` (one row per run), ``frequencies`` (per run and per imported reference:
+token, layer-averaged) — both refuse to answer, saying what each run kept, when no
+selected run kept detail; ``sql/detail_views.py`` — ``documents`` (one row per document:
+source file, offset, tokens, ``in_detail``), ``runs`` (one row per run), ``frequencies`` (per run and per imported reference:
 token_id, token, count, rank; rank 1 = most frequent, ties share the lowest rank), the
 helper ``measures`` (the five names) and the macros ``ranked``, ``ranked_occurrences`` and
 ``spearman``. Everything is generated from ``store.schema``.
@@ -25,6 +26,14 @@ import pyarrow as pa
 
 from mixscope.errors import MixscopeError
 from mixscope.mixing.measures import MeasureSet
+from mixscope.sql.detail_views import (
+    HIVE,
+    create_detail_views,
+    create_documents_view,
+    detail_source,
+    measure_expr,
+    no_rows_message,
+)
 from mixscope.sql.macros import create_macros
 from mixscope.sql.measure_tables import create_measure_tables, measures_of_runs, runs_in
 from mixscope.sql.runs_table import create_runs_table
@@ -34,83 +43,6 @@ from mixscope.store.layout import Layout
 from mixscope.store.references import reference_files
 from mixscope.store.runs import load_runs
 from mixscope.store.schema import STATS, StatsKind, category_sql
-
-# run ids are hex: an all-digit one must not be inferred as a number
-HIVE = "hive_partitioning = true, hive_types = {'run_id': VARCHAR}"
-
-
-#: the long ``tokens`` view's columns before the measures (schema 1's order, + original_id)
-TOKEN_COLUMNS = (
-    "doc_id",
-    "segment",
-    "position",
-    "token_id",
-    "token",
-    "token_type",
-    "is_special",
-    "is_masked",
-)
-
-
-def _empty_detail(ms: MeasureSet) -> str:
-    return (
-        "SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS doc_id, NULL::INTEGER AS segment, "
-        "NULL::INTEGER AS position, NULL::INTEGER AS token_id, NULL::INTEGER AS original_id, "
-        "NULL::VARCHAR AS token, NULL::TINYINT AS token_type, NULL::BOOLEAN AS is_special, "
-        "NULL::BOOLEAN AS is_masked, NULL::TINYINT AS category, "
-        + ", ".join(f"NULL::FLOAT[] AS {m}" for m in ms.stored)
-        + " WHERE false"
-    )
-
-
-def _measure_expr(
-    ms: MeasureSet, measure: str, template: str, cast: str = "", power: int = 1
-) -> str:
-    """``template`` ({m} = a stored measure) for ``measure``, derived ones scaled by the
-    factor to ``power`` (2 for sums of squares), and cast to ``cast`` (FLOAT keeps a float32
-    value float32, exactly, as the engine made it)."""
-    derived = ms.derived
-    if measure in derived:
-        source, factor = derived[measure]
-        scaled = f"(({template.format(m=source)}) * {factor**power})"
-        return f"{scaled}::{cast}" if cast else scaled
-    return template.format(m=measure)
-
-
-def _detail_views(con: Any, source: str, missing: str | None, ms: MeasureSet) -> None:
-    """``tokens`` (one row per token per layer) and ``occurrences`` over the detail rows,
-    with a column per measure of ``ms`` (the selected runs' groups; NULL in a run without
-    the measure).
-
-    ``missing``: why there are no rows (every selected run without detail); then both
-    views raise that message when read instead of answering with nothing.
-    """
-    if missing is not None:
-        message = _quote(missing)
-        empty = _empty_detail(ms).replace(" WHERE false", "")
-        source = f"({empty} WHERE error({message}) IS NULL)"
-    category = category_sql("category")
-    per_layer = ", ".join(
-        f"{_measure_expr(ms, m, '{m}[l.layer]', 'FLOAT')} AS {m}" for m in ms.columns
-    )
-    # every run has at least one stored measure; its list's length is the layer count
-    lists = ", ".join(f"d.{m}" for m in ms.stored)
-    con.execute(
-        f"CREATE VIEW tokens AS SELECT run_id, {', '.join(TOKEN_COLUMNS)}, "
-        f"l.layer::SMALLINT AS layer, {per_layer}, {category} AS category, original_id "
-        f"FROM {source} d, LATERAL (SELECT unnest(range(1, len(coalesce({lists})) + 1))"
-        " AS layer) l"
-    )
-    averaged = ", ".join(
-        f"{_measure_expr(ms, m, 'list_avg({m})')}::DOUBLE AS {m}" for m in ms.columns
-    )
-    # one row per token occurrence: the measures averaged over the layers (the unit of the
-    # paper's frequency analysis)
-    con.execute(
-        "CREATE VIEW occurrences AS SELECT run_id, doc_id, segment, position, token_id, token, "
-        f"{category} AS category, {averaged}, original_id FROM {source} d"
-    )
-
 
 #: the first schema whose token_stats / token_hist files leave the token string to
 #: ``token_strings`` (store/schema.py); older runs' files still carry it
@@ -185,7 +117,7 @@ def _stats_view(
         floats = {v for v, t, _ in kind.values if t == pa.float32()}  # min, max: stay float32
         cast = {st: "FLOAT" if f"{ms.stored[0]}_{st}" in floats else "" for st in moments}
         wide = ", ".join(
-            f"{_measure_expr(ms, m, '{m}_' + st, cast[st], power(st))} AS {m}_{st}"
+            f"{measure_expr(ms, m, '{m}_' + st, cast[st], power(st))} AS {m}_{st}"
             for m in ms.columns
             for st in moments
         )
@@ -273,7 +205,7 @@ def _refuse_damaged(layout: Layout, run_ids: list[str]) -> None:
             )
 
 
-def connect(  # noqa: C901 - each branch one optional view, in order
+def connect(
     root: str,
     *,
     run_ids: list[str] | None = None,
@@ -311,24 +243,16 @@ def connect(  # noqa: C901 - each branch one optional view, in order
     for files in [*stats.values(), legacy]:  # as DuckDB names them (s3://… on S3 roots)
         files.consolidated = [layout.uri(p) for p in files.consolidated]
         files.merging = [layout.uri(p) for p in files.merging]
-    detail = [layout.uri(p) for p in manifest.committed_files(layout, "tokens", run_ids)]
-    missing = None
-    if not detail and runs:
-        modes = sorted({r.detail for r in runs})
-        missing = (
-            f"no per-token rows: the selected runs were written with output.detail="
-            f"{'/'.join(modes)}; the statistics views (layer_stats, token_stats, …) and "
-            "every named query still answer; rerun with --detail full or sample for rows"
-        )
+    data = manifest.committed_files_by_kind(layout, ("tokens", "documents"), run_ids)
+    detail = [layout.uri(p) for p in data["tokens"]]
     per_run = {r.run_id: r.measure_set for r in runs}
-    detail_ms = measures_of_runs([per_run[r] for r in runs_in(detail) if r in per_run])
-    union = ", union_by_name = true" if len({per_run[r] for r in runs_in(detail)}) > 1 else ""
-    source = (
-        f"read_parquet({_sql_list(detail)}, {HIVE}{union})"
-        if detail
-        else f"({_empty_detail(detail_ms)})"
-    )
-    _detail_views(con, source, missing, detail_ms)
+    # the columns of every selected run's measures, whether or not its files have them
+    view_ms = measures_of_runs(per_run.values())
+    with_rows = [per_run[r] for r in runs_in(detail) if r in per_run]
+    source = detail_source(detail, measures_of_runs(with_rows), view_ms, len(set(with_rows)) > 1)
+    missing = no_rows_message(runs) if not detail and runs else None
+    create_detail_views(con, source, missing, view_ms)
+    create_documents_view(con, [layout.uri(p) for p in data["documents"]])
     _token_strings_view(con, stats["token_strings"], legacy)
     for name, kind in STATS.items():
         if name not in ("frequencies", "token_strings"):
