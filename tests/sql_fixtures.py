@@ -193,22 +193,24 @@ def write_synthetic_run(
     step: int | None,
     options: dict[str, Any] | None = None,
     consolidated: bool = True,
+    corpus: str | None = None,
 ) -> dict[str, Any]:
     """Files (through the worker's result path), commit records, plan and run record of a
     complete run, as a job writes them; ``consolidated``: the statistics merged, or left as
-    per-shard partials."""
+    per-shard partials; ``corpus``: the corpus's name (default the job's ``name``)."""
     created = now()
+    corpus = corpus or name
     docs_per_shard = [sorted({s.doc_id for s in seqs}) for seqs, _ in shards]
     plan = {
-        "files": [f"/synthetic/{name}.txt"],
+        "files": [f"/synthetic/{corpus}.txt"],
         "n_docs": sum(len(d) for d in docs_per_shard),
         "bad": {},
         "bad_examples": [],
-        "fingerprint": f"corpus-{name}",
+        "fingerprint": f"corpus-{corpus}",
         "shards": [
             {
                 "shard_id": k,
-                "file": f"/synthetic/{name}.txt",
+                "file": f"/synthetic/{corpus}.txt",
                 "start": k,
                 "first_doc": docs[0],
                 "n_docs": len(docs),
@@ -223,7 +225,8 @@ def write_synthetic_run(
         results = ShardResults(layout, run_id, shard_id, vocab, OutputSpec(detail="full"))
         results.add(seqs, measures)
         docs = [
-            Document(d, f"text {d}", f"/synthetic/{name}.txt", d) for d in docs_per_shard[shard_id]
+            Document(d, f"text {d}", f"/synthetic/{corpus}.txt", d)
+            for d in docs_per_shard[shard_id]
         ]
         files = results.finish(docs)
         result = ShardResult(
@@ -256,7 +259,7 @@ def write_synthetic_run(
         },
         "step": step,
         "corpus": {
-            "paths": [f"/synthetic/{name}.txt"],
+            "paths": [f"/synthetic/{corpus}.txt"],
             "files": plan["files"],
             "fingerprint": plan["fingerprint"],
             "n_docs": plan["n_docs"],

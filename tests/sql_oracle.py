@@ -340,13 +340,24 @@ def expect_depth_correlation(rows: Rows, run_id=None):
 
 
 def expect_checkpoint_trend(rows: Rows, model=None):
+    """A name over several corpora: one series per corpus, labelled "name [paths]"."""
+    stepped = {r: rec for r, rec in rows.records.items() if rec["step"] is not None}
+    corpora: dict[str, set] = {}
+    for rec in stepped.values():
+        corpora.setdefault(rec["name"], set()).add(rec["corpus"]["fingerprint"])
+
+    def label(rec):
+        if len(corpora[rec["name"]]) == 1:
+            return rec["name"]
+        return f"{rec['name']} [{', '.join(rec['corpus']['paths'])}]"
+
     out = []
     for (r, layer), idx in rows.group("run_id", "layer").items():
-        rec = rows.records[r]
-        if rec["step"] is None or (model is not None and rec["name"] != model):
+        rec = stepped.get(r)
+        if rec is None or (model is not None and rec["name"] != model):
             continue
         for m in MEASURES:
-            out.append((rec["name"], rec["step"], r, layer, m, mean(rows.values[m][idx]), len(idx)))
+            out.append((label(rec), rec["step"], r, layer, m, mean(rows.values[m][idx]), len(idx)))
     return sorted(out, key=lambda t: (t[0], t[1], t[3], ORD[t[4]]))
 
 

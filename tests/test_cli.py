@@ -106,3 +106,26 @@ def test_padding_side_changes_no_number(minilm_path, tmp_path):
     for m in mixscope.MEASURES:
         a, b = outs[0][m].to_numpy(), outs[1][m].to_numpy()
         assert abs(a - b).max() < 1e-5
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["run"], ["validate"], ["submit"], ["checkpoints", "sync"], ["checkpoints", "watch"]],
+)
+def test_every_job_command_takes_a_name(command):
+    """``--name`` on every command that starts runs: runs you can tell apart."""
+    result = CliRunner().invoke(main, [*command, "--help"])
+    assert result.exit_code == 0 and "-n, --name TEXT" in result.output
+
+
+def test_a_run_s_name_is_given_or_its_model_s(tmp_path):
+    """``validate`` shows the name a run gets: ``--name``'s, else the model's last part
+    (never one shared default, which would put unrelated runs into one trend)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("A short document.\n")
+    base = ["validate", "--corpus", str(corpus), "--out", str(tmp_path / "out")]
+    named = CliRunner().invoke(main, [*base, "--name", "exp-1"])
+    plain = CliRunner().invoke(main, base)
+    assert named.exit_code == plain.exit_code == 0, named.output + plain.output
+    row = lambda out: next(ln.split()[1] for ln in out.splitlines() if ln.startswith("name"))  # noqa: E731
+    assert row(named.stdout) == "exp-1" and row(plain.stdout) == "all-MiniLM-L6-v2"

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -249,6 +250,9 @@ def test_status_json_has_stable_keys_and_the_run_s_numbers(clean_run):
         *("bad_input", "pairs", "created_at", "updated_at", "shards"),
     }
     assert run["run_id"] == summary.run_id and run["status"] == "complete"
+    # a run you can tell apart: its default name is its model's, its groups and detail
+    assert run["name"] == Path(run["model"]).name
+    assert (run["groups"], run["detail"], run["sample_rate"]) == (["paper"], "full", None)
     assert (run["done"], run["failed"], run["pending"]) == (summary.shards_total, 0, 0)
     assert run["rows"] == rows and run["damaged"] == [] and run["errors"] == {}
     assert [s["shard"] for s in run["shards"]] == list(range(summary.shards_total))
@@ -257,5 +261,8 @@ def test_status_json_has_stable_keys_and_the_run_s_numbers(clean_run):
     assert sum(s["tokens"] for s in run["shards"]) == run["tokens"]
     table = CliRunner().invoke(main, ["status", out])
     assert table.exit_code == 0
+    assert table.output.splitlines()[0].split()[:6] == [
+        *("run_id", "name", "model", "step", "status", "groups")
+    ]
     assert table.output.splitlines()[2].split()[0] == summary.run_id
     assert f"{rows:,}" in table.output or str(rows) in table.output

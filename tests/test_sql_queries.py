@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import sql_fixtures as sf
+from mixscope.errors import MixscopeError
 from mixscope.sql.named import all_queries
 from mixscope.store.layout import Layout
 from sql_oracle import (
@@ -207,6 +208,26 @@ def test_checkpoint_trend(res):
     assert run(res["root"], "checkpoint_trend", model="no such model")[1] == []
 
 
+def test_checkpoint_trend_keeps_one_name_over_two_corpora_apart(tmp_path):
+    """Two training runs given one job name but analysed on different corpora are two
+    series ("name [corpus]"), never one line mixing their steps; the oracle agrees."""
+    rng = np.random.default_rng(3)
+    layout = Layout.open(str(tmp_path))
+    seqs = sf.make_sequences(rng, 4, pairs=False, unk_every=0)
+    for run_id, step, corpus in (("x-1", 1, "wiki"), ("x-2", 2, "wiki"), ("y-1", 1, "books")):
+        shards = [sf.shard_arrays(seqs, 2, np.random.default_rng(step))]
+        sf.write_synthetic_run(layout, run_id, shards, name="exp", step=step, corpus=corpus)
+    got = run(str(tmp_path), "checkpoint_trend")[1]
+    assert {g[0] for g in got} == {"exp [/synthetic/wiki.txt]", "exp [/synthetic/books.txt]"}
+    wiki = [g for g in got if g[0] == "exp [/synthetic/wiki.txt]"]
+    assert {g[2] for g in wiki} == {"x-1", "x-2"} and [g[1] for g in wiki] == sorted(
+        g[1] for g in wiki
+    )
+    want = expect_checkpoint_trend(rows_of({"root": str(tmp_path)}))
+    assert [g[:5] for g in got] == [w[:5] for w in want]
+    assert np.allclose([g[5] for g in got], [w[5] for w in want])
+
+
 def test_compare_runs(res):
     rows = rows_of(res)
     a, b = res["runs"][0], res["runs"][-1]
@@ -217,9 +238,15 @@ def test_compare_runs(res):
     # against itself: no difference
     same_run = run(res["root"], "compare_runs", a=a, b=a)[1]
     assert same_run and all(g[4] == 0 for g in same_run)
-    # against a run that does not exist: b's side is empty, no error
-    missing = _check(res, "compare_runs", expect_compare_runs(rows, a, "nope"), a=a, b="nope")
-    assert missing and all(g[3] is None and g[4] is None for g in missing)
+    # against a run that does not exist: an error listing the runs (was: b's side empty)
+    with pytest.raises(MixscopeError) as err:
+        run(res["root"], "compare_runs", a=a, b="nope")
+    assert str(err.value) == (
+        "query compare_runs --param b: no selected run 'nope'; selected runs: "
+        + ", ".join(sorted(res["runs"]))
+    )
+    # unique prefixes name the runs, as in `mixscope compare`
+    assert run(res["root"], "compare_runs", a=a[:-1], b=b)[1] == got
 
 
 def test_compare_token_types(res):

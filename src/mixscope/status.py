@@ -32,6 +32,8 @@ RUN_STATUS_SCHEMA = pa.schema(
         ("step", pa.int64()),
         ("status", pa.string()),
         ("detail", pa.string()),
+        ("sample_rate", pa.float64()),  # output.sample_rate with detail "sample", else null
+        ("groups", pa.list_(pa.string())),  # the measure groups the run computes
         ("shards_total", pa.int64()),
         ("done", pa.int64()),
         ("failed", pa.int64()),
@@ -91,6 +93,8 @@ def run_status(
             "step": rec.step,
             "status": rec.status,
             "detail": rec.detail,
+            "sample_rate": (rec.options.get("output") or {}).get("sample_rate"),
+            "groups": list(rec.groups),
             "shards_total": total,
             "done": len(done),
             "failed": len(failed),
@@ -221,6 +225,7 @@ RUN_COLUMNS = (
     ("model", "model"),
     ("step", "step"),
     ("status", "status"),
+    ("groups", "groups"),
     ("detail", "detail"),
     ("done", "done"),
     ("failed", "failed"),
@@ -238,8 +243,13 @@ def status_tables(doc: dict) -> list[str]:
     cols = list(RUN_COLUMNS) + ([("pairs", "pairs")] if any(r["pairs"] for r in runs) else [])
 
     def cell(r: dict, key: str) -> Any:
-        v = pair_counts(r[key]) if key == "pairs" else r[key]
-        return "" if v is None else v
+        if key == "pairs":
+            return pair_counts(r[key])
+        if key == "groups":
+            return ",".join(r[key])
+        if key == "detail" and r["sample_rate"] is not None:  # what a sample keeps
+            return f"{r[key]} {r['sample_rate']:g}"
+        return "" if r[key] is None else r[key]
 
     lines = [
         aligned_table([h for h, _ in cols], [[cell(r, k) for _, k in cols] for r in runs], digits=0)

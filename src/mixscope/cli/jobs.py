@@ -79,6 +79,7 @@ def validate(job: str | None, sets: tuple[str, ...], **flags: Any) -> None:
     c = check_job(spec)
     rows = [
         ["run id", c.run_id],
+        ["name", spec.name],
         ["model", f"{c.model} ({c.family}, {c.layers} layers, {c.device})"],
         ["corpus", f"{c.files} files, {c.docs:,} documents, {c.shards} shards"],
         ["bad input", ", ".join(f"{k}={v}" for k, v in c.bad.items()) or "none"],

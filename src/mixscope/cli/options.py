@@ -104,13 +104,15 @@ def apply_options(options: list[Decorator], func: Any) -> Any:
 
 
 def override_options(*, model: bool = True, address: bool = True) -> list[Decorator]:
-    """The short flags for the common spec fields, each made from its field: model, corpus,
-    output, workers, batch size, length, revision, measure groups and cluster address.
+    """The short flags for the common spec fields, each made from its field: model, name,
+    corpus, output, workers, batch size, length, revision, measure groups and cluster
+    address.
     ``model=False`` leaves out ``--model`` and ``--revision`` (``checkpoints``: each
     checkpoint is the model, and ``--revision`` there lists hub revisions);
     ``address=False`` leaves ``--address`` to the command."""
     options = [spec_option("model", "--model", "-m")] if model else []
     options += [
+        spec_option("name", "--name", "-n"),
         spec_option("corpus.paths", "--corpus", "-c"),
         spec_option("out", "--out", "-o"),
         spec_option("runtime.workers", "--workers", "-w"),

@@ -7,6 +7,7 @@ in :func:`build_spec`, the one place a mapping becomes a spec.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import fields
 from pathlib import Path
@@ -165,6 +166,8 @@ def parse_set(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
 def build_spec(data: dict[str, Any]) -> JobSpec:
     """The one place that turns a mapping into a validated :class:`JobSpec`."""
     spec = _build(JobSpec, data, "")
+    if not spec.name:
+        spec = dataclasses.replace(spec, name=spec.default_name())
     validate(spec)
     return spec
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,7 +202,11 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class JobSpec:
-    name: str = setting("mixscope", "The job's name, shown by status and the report.")
+    name: str = setting(
+        "",
+        "The job's name, shown by status and the report; runs of one name and corpus form a "
+        "checkpoint trend (default: the checkpoints source's last part, else the model's).",
+    )
     model: str = setting(DEFAULT_MODEL, "Model directory or hub id.")
     corpus: CorpusSpec = field(default_factory=CorpusSpec)
     analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
@@ -210,6 +215,14 @@ class JobSpec:
     checkpoints: CheckpointSpec = field(default_factory=CheckpointSpec)
     out: str = setting("results", "Output root (directory or object-store URI).")
     step: int | None = setting(None, "Training step of the checkpoint, when known.")
+
+    def default_name(self) -> str:
+        """The name of a job that gives none: the last part of its checkpoints source, or of
+        its model (a directory or hub id), so runs of different models or checkpoint
+        series never share one default name (``checkpoint_trend`` groups by name)."""
+        source = self.checkpoints.source or self.model
+        parts = [p for p in re.split(r"[/\\:@]", source.removeprefix("hub:")) if p]
+        return parts[-1] if parts else "mixscope"
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
