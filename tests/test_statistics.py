@@ -444,6 +444,33 @@ def test_a_crash_after_the_record_leaves_no_double_count(full_run, tmp_path):
     assert not stale.exists() and _queries(str(copy)) == want
 
 
+#: jobs/wikitext2.yaml's overrides onto the shared plain-text copy (its header says so)
+WIKITEXT_OFFLINE = {
+    "corpus.format": "text",
+    "corpus.dataset": None,
+    "corpus.dataset_config": None,
+    "corpus.dataset_split": None,
+    "corpus.paths": [str(WIKITEXT)],
+}
+
+
+def test_the_wikitext2_job_reads_the_hub_and_the_shared_copy_alike():
+    """jobs/wikitext2.yaml runs from a clone: a hub dataset for users (valid with no
+    network: the hub is read when the job plans), the shared text file for CI with the
+    overrides its header gives."""
+    path = str(Path(__file__).parents[1] / "jobs" / "wikitext2.yaml")
+    hub = load_spec(path)
+    assert (hub.corpus.format, hub.corpus.dataset) == ("hf", "Salesforce/wikitext")
+    assert (hub.corpus.dataset_config, hub.corpus.dataset_split) == ("wikitext-2-raw-v1", "test")
+    text = load_spec(path, WIKITEXT_OFFLINE)
+    assert text.corpus.format == "text" and text.corpus.dataset is None
+    assert text.corpus.skip_regex == hub.corpus.skip_regex and text.name == "wikitext2-minilm"
+    header = Path(path).read_text().split("\nname:")[0]
+    for key, value in WIKITEXT_OFFLINE.items():
+        if key != "corpus.paths":
+            assert f"--set {key}={'null' if value is None else value}" in header
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not WIKITEXT.is_file(), reason="the shared WikiText-2 corpus is not here")
 def test_wikitext2_histogram_rho_is_within_1e3_of_exact(ray_local, minilm_path, tmp_path):
@@ -453,6 +480,8 @@ def test_wikitext2_histogram_rho_is_within_1e3_of_exact(ray_local, minilm_path, 
         {
             "model": minilm_path,
             "out": str(tmp_path),
+            # the spec streams the hub's dataset; CI reads the same text from ../shared
+            **WIKITEXT_OFFLINE,
             "corpus.limit": 500,
             "output.detail": "full",
             "runtime.workers": 2,
