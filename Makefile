@@ -21,6 +21,12 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/mixscope run jobs/demo.yaml
+	@echo ""
+	@echo "Next, try (after: source $(BIN)/activate):"
+	@echo "  mixscope report results/demo -o demo.html         # tables and figures, one HTML page"
+	@echo "  mixscope query results/demo layer_profile         # a named analysis (mixscope queries)"
+	@echo "  mixscope run --corpus my_texts.txt --measures all --name mine --out results/mine"
+	@echo "                                                    # your own corpus: README, three commands"
 
 # every tier (fast, slow, e2e); the reliability matrix table is rewritten from this run
 test: install

@@ -29,6 +29,7 @@ E2E_MODULES = {
     "test_attach",
     "test_gpu_check",  # a throwaway venv and the whole check's dry run
     "test_new_layouts_end_to_end",
+    "test_readme_walkthrough",  # the README's own-corpus commands, each on its own Ray
 }
 
 
