@@ -183,8 +183,26 @@ def test_queries_command_lists_every_query_and_parameter():
         for p in q.params:
             default = "required" if p.default is REQUIRED else f"default {p.default!r}"
             assert f"--param {p.name}=…  ({default}) {p.help}".strip() in lines, (name, p.name)
-        assert f"columns: {', '.join(q.columns)}" in lines
+        if "{{" not in ", ".join(q.columns):
+            assert f"columns: {', '.join(q.columns)}" in lines
     assert "--param a=…  (required) the first run_id" in text
+    # a measure list is shown expanded: the default groups' measures, saying so
+    assert "{{" not in text
+    assert blocks["layer_summary"][-1] == (
+        "columns: run_id, layer, tokens, attn_w, attn_n, attnres_w, attnres_n, attnresln_n"
+        "  (measures of the default groups: paper)"
+    )
+
+
+def test_queries_command_expands_the_measures_of_a_root(real_root):
+    text = _invoke("queries", real_root["root"]).stdout
+    assert (
+        "columns: run_id, layer, tokens, attn_w, attn_n, attnres_w, attnres_n, attnresln_n"
+        f"  (measures of the runs in {real_root['root']}: paper)"
+    ) in text
+    missing = _invoke("queries", real_root["root"] + "-nope")
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == f"Error: results root {real_root['root']}-nope does not exist"
 
 
 def test_threads_and_memory_are_configurable_and_readers_coexist(synth_root):
@@ -249,7 +267,8 @@ def test_an_all_digit_run_id_stays_a_string(tmp_path):
     con = connect(str(tmp_path))
     assert con.execute("SELECT DISTINCT typeof(run_id) FROM tokens").fetchall() == [("VARCHAR",)]
     assert len(run_query(con, "checkpoint_trend").fetchall()) == 10
-    assert len(run_query(con, "compare_runs", {"a": run_id, "b": "other"}).fetchall()) == 10
+    assert len(run_query(con, "compare_runs", {"a": run_id, "b": run_id}).fetchall()) == 10
+    assert len(run_query(con, "compare_runs", {"a": run_id[:3], "b": run_id}).fetchall()) == 10
     assert con.execute("SELECT DISTINCT typeof(run_id) FROM frequencies").fetchall() == [
         ("VARCHAR",)
     ]

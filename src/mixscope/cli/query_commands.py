@@ -13,16 +13,29 @@ from mixscope.cli.options import format_option, output_option, quiet_transformer
 from mixscope.errors import MixscopeError
 
 
-def _connect(
-    root: str, run_ids: tuple[str, ...], threads: int | None, memory_limit: str | None
-) -> Any:
+def _resolved(root: str, run_ids: tuple[str, ...]) -> list[str]:
+    """``--run`` values as full run ids: unique prefixes accepted as everywhere (``compare``,
+    ``status``); an unknown or ambiguous one is a one-line error naming the runs there are
+    (``store.runs.resolve_run_ids``, the helper every command shares)."""
     from pathlib import Path
 
     if "://" not in root and not Path(root).is_dir():
         raise MixscopeError(f"results root {root} does not exist")
+    if not run_ids:
+        return []
+    from mixscope.store.layout import Layout
+    from mixscope.store.runs import resolve_run_ids
+
+    return resolve_run_ids(Layout.open(root), list(run_ids))
+
+
+def _connect(
+    root: str, run_ids: tuple[str, ...], threads: int | None, memory_limit: str | None
+) -> Any:
     from mixscope.sql.views import connect
 
-    return connect(root, run_ids=list(run_ids) or None, threads=threads, memory_limit=memory_limit)
+    ids = _resolved(root, run_ids) or None
+    return connect(root, run_ids=ids, threads=threads, memory_limit=memory_limit)
 
 
 def _emit(cur: Any, fmt: str, output: str | None) -> None:
@@ -99,17 +112,25 @@ def sql(
 
 
 @click.command()
-def queries() -> None:
-    """List the named queries: name, description, parameters."""
-    from mixscope.sql.named import REQUIRED, all_queries
+@click.argument("root", required=False)
+def queries(root: str | None) -> None:
+    """List the named queries: name, description, parameters, columns.
 
+    A query's measure columns are those of the runs it reads: with ROOT, the measures of
+    ROOT's runs; without, those of the default measure groups.
+    """
+    from mixscope.sql.named import REQUIRED, all_queries, measure_lists
+
+    measures, stored, source = measure_lists(root)
     for q in all_queries().values():
         click.echo(f"{q.name}\n  {q.description}")
         for p in q.params:
             default = "required" if p.default is REQUIRED else f"default {p.default!r}"
             click.echo(f"  --param {p.name}=…  ({default}) {p.help}")
         if q.columns:
-            click.echo(f"  columns: {', '.join(q.columns)}")
+            columns = q.expanded_columns(measures, stored)
+            note = f"  (measures of {source})" if columns != q.columns else ""
+            click.echo(f"  columns: {', '.join(columns)}{note}")
 
 
 def _params(items: tuple[str, ...]) -> dict[str, str]:
@@ -244,7 +265,7 @@ def report(
         quiet_transformers()
     built = build_report(
         root,
-        list(run_ids) or None,
+        _resolved(root, run_ids) or None,  # unique prefixes, as everywhere
         output,
         fmt,
         reference=reference,

@@ -47,6 +47,12 @@ class NamedQuery:
     #: the measure groups the query reads (its measures' groups), every one needed per run
     groups: tuple[str, ...] = ()
 
+    def expanded_columns(self, measures: list[str], stored: list[str]) -> tuple[str, ...]:
+        """The ``columns`` header with its measure lists expanded (``expand``)."""
+        return tuple(
+            c.strip() for c in expand(", ".join(self.columns), measures, stored).split(",")
+        )
+
     def bind(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults + given values, coerced to the default's type; clear errors otherwise."""
         valid = {p.name: p for p in self.params}
@@ -101,6 +107,27 @@ def expand(text: str, measures: list[str], stored: list[str]) -> str:
     )
 
 
+def measure_lists(root: str | None) -> tuple[list[str], list[str], str]:
+    """(every measure, the stored ones, whose they are) that ``expand`` lists for the runs of
+    ``root`` — or, without a root, for the default measure groups (what ``mixscope queries``
+    shows: a template spelled ``{{measures:@}}`` means nothing to a reader)."""
+    from mixscope.mixing.measures import DEFAULT_GROUPS, measure_set
+
+    if root is None:
+        ms = measure_set(DEFAULT_GROUPS)
+        return list(ms.columns), list(ms.stored), f"the default groups: {', '.join(ms.groups)}"
+    from pathlib import Path
+
+    from mixscope.sql.measure_tables import measures_of_runs
+    from mixscope.store.layout import Layout
+    from mixscope.store.runs import load_runs
+
+    if "://" not in root and not Path(root).is_dir():
+        raise MixscopeError(f"results root {root} does not exist")
+    ms = measures_of_runs(r.measure_set for r in load_runs(Layout.open(root)))
+    return list(ms.columns), list(ms.stored), f"the runs in {root}: {', '.join(ms.groups)}"
+
+
 def parse(text: str) -> NamedQuery:
     import yaml
 
@@ -153,10 +180,11 @@ def get_query(name: str) -> NamedQuery:
 
 def run_query(con: Any, name: str, params: dict[str, Any] | None = None) -> Any:
     """Execute a named query on a views connection; returns the DuckDB cursor."""
+    from mixscope.sql.param_values import checked
     from mixscope.sql.readonly import execute
 
     q = get_query(name)
-    bound = q.bind(params or {})
+    bound = checked(con, q.name, q.bind(params or {}))  # run-id prefixes, misspelled values
     if bound.get("reference") is not None:  # a typo would otherwise just give no rows
         known = [
             r

@@ -7,9 +7,26 @@ root and locks its settings; this check refuses every statement that is not a qu
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from mixscope.errors import MixscopeError, SqlError, first_line
+from mixscope.errors import MixscopeError, SqlError
+
+#: where DuckDB's message turns to the statement's text (``LINE 1: …`` and a caret line)
+_CONTEXT = re.compile(r"^LINE \d+:")
+
+
+def sql_message(exc: BaseException) -> str:
+    """DuckDB's error as one line: the error and its hints ("Did you mean …",
+    "Candidate bindings: …"), without the quoted statement and caret that follow them
+    (they need the terminal's layout to point at anything)."""
+    kept = []
+    for line in str(exc).splitlines():
+        if _CONTEXT.match(line.strip()):
+            break
+        if line.strip():
+            kept.append(line.strip().replace("bindings: : ", "bindings: "))
+    return " ".join(kept)
 
 
 def check_read_only(sql: str) -> None:
@@ -18,7 +35,7 @@ def check_read_only(sql: str) -> None:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise MixscopeError(f"SQL error: {first_line(exc)}") from None
+        raise MixscopeError(f"SQL error: {sql_message(exc)}") from None
     if not statements:
         raise MixscopeError("no SQL statement given")
     if len(statements) > 1:
@@ -30,7 +47,8 @@ def check_read_only(sql: str) -> None:
 
 
 def execute(con: Any, sql: str, params: dict[str, Any] | None = None) -> Any:
-    """Run one read-only query with bound parameters; a DuckDB error becomes one line."""
+    """Run one read-only query with bound parameters; a DuckDB error becomes one line that
+    keeps DuckDB's hints (:func:`sql_message`)."""
     import duckdb
 
     check_read_only(sql)
@@ -38,15 +56,13 @@ def execute(con: Any, sql: str, params: dict[str, Any] | None = None) -> Any:
         return con.execute(sql, params or None)
     except duckdb.Error as exc:
         raise SqlError(
-            missing_measure(con, str(exc)) or f"SQL error: {first_line(exc)}", exc
+            missing_measure(con, str(exc)) or f"SQL error: {sql_message(exc)}", exc
         ) from None
 
 
 def missing_measure(con: Any, message: str) -> str | None:
     """A query that names a measure no selected run has: say so (which group computes it)
     instead of DuckDB's "column not found"."""
-    import re
-
     from mixscope.mixing.measures import all_columns, group_of
 
     names = {c.name for c in all_columns()}

@@ -12,9 +12,10 @@ without it), ``tokens`` (the detail as one row per token per layer, with ``run_i
 ``category``: normal, mask, cls, sep, other_special) and ``occurrences`` (one row per
 token, layer-averaged) — both refuse to answer, saying what each run kept, when no
 selected run kept detail; ``sql/detail_views.py`` — ``documents`` (one row per document:
-source file, offset, tokens, ``in_detail``), ``runs`` (one row per run), ``frequencies`` (per run and per imported reference:
-token_id, token, count, rank; rank 1 = most frequent, ties share the lowest rank), the
-helper ``measures`` (the five names) and the macros ``ranked``, ``ranked_occurrences`` and
+source file, offset, tokens, ``in_detail``), ``runs`` (one row per run), ``frequencies``
+(per run and per imported reference: token_id, token, count, rank; rank 1 = most frequent,
+ties share the lowest rank), the helper ``measures`` (the selected runs' measures) and the
+macros ``ranked``, ``ranked_occurrences`` and
 ``spearman``. Everything is generated from ``store.schema``.
 """
 
