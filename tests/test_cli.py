@@ -129,3 +129,23 @@ def test_a_run_s_name_is_given_or_its_model_s(tmp_path):
     assert named.exit_code == plain.exit_code == 0, named.output + plain.output
     row = lambda out: next(ln.split()[1] for ln in out.splitlines() if ln.startswith("name"))  # noqa: E731
     assert row(named.stdout) == "exp-1" and row(plain.stdout) == "all-MiniLM-L6-v2"
+
+
+def test_analyze_all_names_the_groups_it_skipped_in_one_line(tmp_path):
+    """``analyze --measures all`` on OLMo-2 (no ``globenc``): one ``note:`` line saying so
+    and why, no Python warning text; the table has the other groups' columns."""
+    import torch
+
+    from tiny_models import build
+
+    model, tok = build("olmo2", torch.float32)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    result = CliRunner().invoke(
+        main, ["analyze", "-m", str(tmp_path), "--measures", "all", "A short text here."]
+    )
+    assert result.exit_code == 0, result.output
+    notes = [ln for ln in result.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "skipped groups that do not apply: globenc (" in notes[0]
+    assert "UserWarning" not in result.stderr
+    assert "ffresln_n" in result.stdout.splitlines()[0]

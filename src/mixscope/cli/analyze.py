@@ -7,6 +7,7 @@ job run the same analysis unless told otherwise.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +158,7 @@ def analyze(
     Examples:
       mixscope analyze "The cat sat on the mat." "A second sentence."
       mixscope analyze --pair "First paragraph." "Second paragraph." --tokens
-      mixscope analyze -m bert-base-uncased -f sentences.txt -o out.parquet
+      mixscope analyze -m minilm -f sentences.txt -o out.parquet
       mixscope analyze --measures paper,sink "The cat sat on the mat."
     """
     from mixscope.format import aligned_table
@@ -171,21 +172,25 @@ def analyze(
 
     given = spec_values(spec)
     verify = given["runtime.verify"]
-    table = run_analyze(
-        model,
-        docs,
-        max_length=given["analysis.max_length"],
-        batch_size=given["runtime.batch_size"],
-        device=given["runtime.device"],
-        dtype=given["analysis.dtype"],
-        revision=given["analysis.revision"],
-        mask_rate=given["analysis.mask_rate"],
-        seed=given["analysis.seed"],
-        verify=verify,
-        padding_side=padding_side,
-        attention=given["analysis.attention"],
-        measures=given["analysis.measures"],
-    )
+    with warnings.catch_warnings(record=True) as caught:  # the API's warnings: one line each
+        warnings.simplefilter("always", UserWarning)
+        table = run_analyze(
+            model,
+            docs,
+            max_length=given["analysis.max_length"],
+            batch_size=given["runtime.batch_size"],
+            device=given["runtime.device"],
+            dtype=given["analysis.dtype"],
+            revision=given["analysis.revision"],
+            mask_rate=given["analysis.mask_rate"],
+            seed=given["analysis.seed"],
+            verify=verify,
+            padding_side=padding_side,
+            attention=given["analysis.attention"],
+            measures=given["analysis.measures"],
+        )
+    for w in caught:
+        click.echo(f"note: {w.message}", err=True)
     if output:
         write_table(table, output)
     headers, rows = token_summary(table, layer) if tokens else layer_summary(table)
