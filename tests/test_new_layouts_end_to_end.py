@@ -69,6 +69,11 @@ def test_a_new_layout_runs_every_group_on_ray(ray_local, tmp_path, family):
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "complete" and record["corpus"]["n_docs"] == 30
     assert record["model"]["scopes"] == SCOPES[family]  # which norm each scope used
+    # 'all' says what it left out, in one line each: GlobEnc reads a post-LN block's LN2
+    notes = [ln for ln in result.stderr.splitlines() if ln.startswith("note:")]
+    assert notes == [
+        f"note: measures 'all' skipped globenc: {record['measures']['skipped']['globenc']}"
+    ]
 
     layers = 3 if family == "gemma3" else 2
     stored = measure_set(GROUPS).stored

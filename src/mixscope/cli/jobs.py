@@ -29,6 +29,8 @@ def _print_summary(summary: Any) -> None:
     )
     for shard_id, error in sorted(s.errors.items()):
         click.echo(f"  shard {shard_id} failed: {error}", err=True)
+    for group, why in s.skipped_groups.items():
+        click.echo(f"note: measures 'all' skipped {group}: {why}", err=True)
     if s.shards_done:
         headers, rows = layer_summary(s.root, s.run_id)
         click.echo(aligned_table(headers, [list(r) for r in rows]))
@@ -54,7 +56,7 @@ def run(
     Examples:
       mixscope run jobs/demo.yaml
       mixscope run jobs/wikitext2.yaml --workers 4 --set analysis.mask_rate=0.12
-      mixscope run --model bert-base-uncased --corpus data/ --out results/
+      mixscope run --model minilm --corpus data/ --out results/ --name mine
     """
     spec = job_spec(job, sets, flags)
     quiet_transformers()
