@@ -244,3 +244,37 @@ def test_documents_view_is_every_committed_document(synth_root, tmp_path):
         "in_detail",
     ]
     assert empty.execute("SELECT count(*) FROM documents").fetchone() == (0,)
+
+
+def test_the_shards_minimum_document_does_not_depend_on_chunking(tmp_path):
+    """The one-per-shard document is the shard's smallest hash however its chunks fall
+    (a resumed or repeated shard keeps the same one): one chunk, and one per sequence."""
+    import pyarrow.parquet as pq
+
+    from mixscope.corpus.plan import Document
+    from mixscope.runtime.host_path import ShardResults
+    from mixscope.stats.detail import doc_hash
+    from mixscope.stats.token_block import Vocabulary
+
+    rng = np.random.default_rng(7)
+    seqs, measures = sf.shard_arrays(sf.make_sequences(rng, 12, split_doc=10), 2, rng)
+    ids = np.arange(12)
+    want = int(ids[np.argmin(doc_hash(ids))])
+    assert want == 10  # by hand: the split document, so its rows span two chunks below
+    docs = [Document(d, f"text {d}", "/x.txt", d) for d in range(12)]
+    output = OutputSpec(detail="sample", sample_rate=1e-9)  # no document under the rate
+    kept = []
+    for k, chunk in enumerate((len(seqs), 1)):
+        layout = Layout.open(str(tmp_path / str(k)))
+        results = ShardResults(layout, "r", 0, Vocabulary(sf.SyntheticTokenizer()), output)
+        for i in range(0, len(seqs), chunk):
+            results.add(seqs[i : i + chunk], measures[i : i + chunk])
+        files = results.finish(docs)
+        detail = pq.read_table(layout.absolute(files["tokens"]["path"]))
+        flags = pq.read_table(layout.absolute(files["documents"]["path"]))
+        assert set(detail["doc_id"].to_pylist()) == {want}
+        assert [d for d, f in zip(ids, flags["in_detail"].to_pylist(), strict=True) if f] == [want]
+        n_tokens = sum(len(s.input_ids) for s in seqs if s.doc_id == want)
+        assert results.detail_rows == 2 * n_tokens == 2 * len(detail)
+        kept.append(detail)
+    assert kept[0].to_pylist() == kept[1].to_pylist()  # the same rows, in the same order

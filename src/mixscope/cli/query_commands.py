@@ -53,7 +53,7 @@ def _repl(con: Any, fmt: str, root: str, run_ids: tuple[str, ...]) -> None:
     from mixscope.store.unreadable import naming_unreadable
 
     click.echo(
-        "mixscope SQL (read-only). Views: tokens, runs, frequencies, measures. "
+        "mixscope SQL (read-only). Views: tokens, documents, runs, frequencies, measures. "
         "End statements with ';', Ctrl-D to quit.",
         err=True,
     )
@@ -91,8 +91,9 @@ def sql(
     """Run a read-only SQL STATEMENT over the results in ROOT (no STATEMENT: a prompt).
 
     \b
-    Views: tokens (one row per token per layer, with run_id and category), runs,
-    frequencies (run_id | reference, token_id, token, count, rank), measures.
+    Views: tokens (one row per token per layer, with run_id and category), documents
+    (one row per document: file, offset, tokens, in_detail), runs, frequencies (run_id |
+    reference, token_id, token, count, rank), measures. --run takes unique prefixes.
     Example:
       mixscope sql results/ "SELECT layer, avg(attnresln_n) FROM tokens GROUP BY layer ORDER BY 1"
     """
@@ -228,9 +229,15 @@ def frequencies_import(root: str, file: str, name: str) -> None:
 @click.argument("root")
 @click.option("--run", "run_ids", multiple=True, help="Only these runs (repeatable).")
 @output_option(
-    "The HTML file (default report.html), or with --format png a directory (default report)."
+    "The HTML file (default report.html), or with --format png/svg/pdf a directory "
+    "(default report)."
 )
-@format_option(("html", "png"), "html", "One self-contained HTML page, or one PNG file per plot.")
+@format_option(
+    ("html", "png", "svg", "pdf"),
+    "html",
+    "One self-contained HTML page; one PNG file per plot; or svg/pdf: the page and one "
+    "vector file per plot beside it (for papers).",
+)
 @click.option(
     "--reference",
     default=None,
@@ -249,6 +256,14 @@ def frequencies_import(root: str, file: str, name: str) -> None:
     show_default=True,
     help="Contribution maps of an example sequence (loads each run's model).",
 )
+@click.option(
+    "--example",
+    "example",
+    type=int,
+    default=None,
+    metavar="DOC_ID",
+    help="The document of the contribution maps [default: the first with at least 20 tokens].",
+)
 def report(
     root: str,
     run_ids: tuple[str, ...],
@@ -257,8 +272,9 @@ def report(
     reference: str | None,
     compare: tuple[str, str] | None,
     examples: bool,
+    example: int | None,
 ) -> None:
-    """Build the report of ROOT: tables and the paper's figures, as HTML or PNG files."""
+    """Build the report of ROOT: tables and the paper's figures, as HTML, PNG, SVG or PDF."""
     from mixscope.report.build import build_report
 
     if examples:
@@ -271,6 +287,8 @@ def report(
         reference=reference,
         examples=examples,
         compare=compare or None,
+        example=example,
     )
-    what = "plots" if fmt == "png" else "figures"
-    click.echo(f"wrote {built.output} ({len(built.plots)} {what})", err=True)
+    what = {"png": "plots", "svg": "SVG figures beside it", "pdf": "PDF figures beside it"}
+    what_written = what.get(fmt, "figures")
+    click.echo(f"wrote {built.output} ({len(built.plots)} {what_written})", err=True)
