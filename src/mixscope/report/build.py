@@ -24,12 +24,15 @@ from mixscope.store.atomic import write_text
 
 __all__ = ["SECTIONS", "Built", "Plot", "build_report", "select_runs"]
 
-FORMATS = ("html", "png")
+FORMATS = ("html", "png", "svg", "pdf")
+#: the formats that write the page and, beside it, one vector file per figure
+VECTOR = ("svg", "pdf")
 
 
 @dataclass
 class Built:
-    """What was written: the page (html) or the files (png), and every plot."""
+    """What was written: the page (html), the files (png), or the page and its vector
+    figures (svg, pdf: ``files`` lists the page first); and every plot."""
 
     output: str
     files: list[str] = field(default_factory=list)
@@ -55,16 +58,24 @@ def build_report(
     reference: str | None = None,
     examples: bool = True,
     compare: tuple[str, str] | None = None,
+    example: int | None = None,
 ) -> Built:
     """Build the report of ``root`` (the given runs, default all) and write it to ``output``.
 
     ``fmt="html"``: one self-contained page (default ``report.html``). ``fmt="png"``: one
     PNG per plot plus ``summary.csv`` in the directory ``output`` (default ``report``).
+    ``fmt="svg"`` / ``"pdf"``: the page (PNG figures, so it stays one file to open) and
+    one vector file per plot, ``NAME.svg`` / ``NAME.pdf`` under the PNG mode's names, plus
+    ``summary.csv``, all in one folder: ``output`` when it is a directory (default
+    ``report``, the page ``report.html`` in it), or the folder of ``output`` ending in
+    ``.html``: figures for a paper, beside the page that shows them.
     ``compare``: two runs (ids or unique prefixes) drawn side by side; they join ``run_ids``.
+    ``example``: the document of the contribution maps (default: the first with at least
+    20 tokens); an id a shown run lacks is an error naming its ids, before any drawing.
     """
     from mixscope.report.comparison import compare_section, with_compared
     from mixscope.report.components import component_section
-    from mixscope.report.contributions import contributions_section
+    from mixscope.report.contributions import check_example, contributions_section
     from mixscope.report.frequency import frequency_section
     from mixscope.report.layers import layer_sections, sink_section
     from mixscope.report.table_sections import runs_section, summary_section
@@ -76,7 +87,9 @@ def build_report(
     with naming_unreadable(root):  # a damaged file: one line naming it
         run_ids, compare = with_compared(root, run_ids, compare)
         records = select_runs(root, list(run_ids) if run_ids else None)
-        rep = Report(root, records, reference)
+        rep = Report(root, records, reference, vector=fmt if fmt in VECTOR else None)
+        if examples:
+            check_example(rep, example)
         runs_section(rep)
         summary = summary_section(rep)
         layer_sections(rep)
@@ -85,22 +98,17 @@ def build_report(
         component_section(rep)
         trend_section(rep)
         compare_section(rep, compare)
-        contributions_section(rep, examples)
+        contributions_section(rep, examples, example)
     sections = list(rep.sections.values())
 
     if fmt == "html":
         out = Path(output or "report.html")
         if out.is_dir():
             out = out / "report.html"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        meta = (
-            f"mixscope {__version__} · {root} · {len(rep.runs)} run(s) · "
-            f"measures {', '.join(rep.measures)} · built {stamp}"
-        )
-        text = H.page("mixscope report", meta, sections)
-        write_text(out, text)
+        _page(rep, root, out, sections)
         return Built(str(out), [str(out)], rep.plots, sections)
+    if fmt in VECTOR:
+        return _vector(rep, root, output, fmt, summary, sections)
 
     folder = Path(output or "report")
     if folder.suffix.lower() in (".html", ".htm"):
@@ -117,3 +125,44 @@ def build_report(
     csv.write_text(_summary_csv(summary), encoding="utf-8")
     files.append(str(csv))
     return Built(str(folder), files, rep.plots, sections)
+
+
+def _page(rep: Report, root: str, out: Path, sections: list[H.Section]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    meta = (
+        f"mixscope {__version__} · {root} · {len(rep.runs)} run(s) · "
+        f"measures {', '.join(rep.measures)} · built {stamp}"
+    )
+    write_text(out, H.page("mixscope report", meta, sections))
+
+
+def _vector(
+    rep: Report,
+    root: str,
+    output: str | None,
+    fmt: str,
+    summary: data.Rows,
+    sections: list[H.Section],
+) -> Built:
+    """The page, then every figure as ``NAME.<fmt>`` and ``summary.csv`` beside it."""
+    target = Path(output or "report")
+    if target.suffix.lower() in (".html", ".htm"):
+        page, folder = target, target.parent
+    else:
+        if target.exists() and not target.is_dir():
+            raise MixscopeError(
+                f"--format {fmt} writes into a directory (or a .html page); {target} is a file"
+            )
+        page, folder = target / "report.html", target
+    folder.mkdir(parents=True, exist_ok=True)
+    _page(rep, root, page, sections)
+    files = [str(page)]
+    for p in rep.plots:
+        path = folder / f"{p.name}.{fmt}"
+        path.write_bytes(p.vector or b"")
+        files.append(str(path))
+    csv = folder / "summary.csv"
+    csv.write_text(_summary_csv(summary), encoding="utf-8")
+    files.append(str(csv))
+    return Built(str(page), files, rep.plots, sections)

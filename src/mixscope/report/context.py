@@ -8,6 +8,7 @@ the very same figures unrendered.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +39,10 @@ SECTIONS = {
 @dataclass
 class Plot:
     section: str
-    name: str  # file stem in --format png
+    name: str  # file stem in --format png / svg / pdf (stable: kind and run id)
     title: str
     png: bytes
+    vector: bytes | None = None  # the SVG or PDF document (--format svg / pdf)
 
 
 def pct(x: float | None) -> H.Cell:
@@ -55,13 +57,46 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "run"
 
 
-def label(run: dict[str, Any]) -> str:
-    """A run in titles: its name, step when it has one, and id."""
-    parts = [run.get("name") or "run"]
+def short_model(model: str | None) -> str:
+    """A model in titles and tables: a local directory by its last part, a hub id whole."""
+    if not model:
+        return ""
+    return os.path.basename(model.rstrip("/")) if os.sep in model else model
+
+
+def short_corpus(corpus: str | None) -> str:
+    """A corpus in titles: each path by its file name (the ``runs`` view joins them)."""
+    parts = [p.strip() for p in (corpus or "").split(",") if p.strip()]
+    return ", ".join(os.path.basename(p.rstrip("/")) or p for p in parts)
+
+
+def _title(run: dict[str, Any]) -> str:
+    """What a reader of a figure needs to know: the model and corpus, then the job name
+    and step where there are (the run id is added only where two titles would be equal)."""
+    model = short_model(run.get("model")) or "unknown model"
+    corpus = short_corpus(run.get("corpus"))
+    parts = [f"{model} on {corpus}" if corpus else model]
+    if run.get("name") and run["name"] != model:
+        parts.append(str(run["name"]))
     if run.get("step") is not None:
         parts.append(f"step {run['step']}")
-    parts.append(f"run {run['run_id']}")
     return " · ".join(parts)
+
+
+def label(run: dict[str, Any]) -> str:
+    """A run in titles: model and corpus, name and step (:func:`_title`); the
+    :class:`Report` sets ``title`` on each run, with the run id where titles collide."""
+    return run.get("title") or _title(run)
+
+
+def _titles(runs: list[dict[str, Any]]) -> None:
+    """Set each run's ``title``: two runs that would read the same get their ids."""
+    seen: dict[str, int] = {}
+    for r in runs:
+        seen[_title(r)] = seen.get(_title(r), 0) + 1
+    for r in runs:
+        t = _title(r)
+        r["title"] = f"{t} · run {r['run_id']}" if seen[t] > 1 else t
 
 
 def select_runs(root: str, run_ids: list[str] | None) -> list[RunRecord]:
@@ -87,7 +122,9 @@ def select_runs(root: str, run_ids: list[str] | None) -> list[RunRecord]:
 class Report:
     """The report's sections over ``records``. ``con``: a views connection to reuse (it may
     see more runs; only ``records`` are shown). ``render=False`` keeps each figure as the
-    matplotlib object in ``figures`` instead of rendering it (``Results.plot``)."""
+    matplotlib object in ``figures`` instead of rendering it (``Results.plot``).
+    ``vector``: ``svg`` or ``pdf`` renders each figure as that document too, to be written
+    beside the page under its plot name (the page links it)."""
 
     def __init__(
         self,
@@ -97,12 +134,14 @@ class Report:
         *,
         con: Any = None,
         render: bool = True,
+        vector: str | None = None,
     ):
         from mixscope.sql.views import connect
 
         self.root = root
         self.reference = reference
         self.render = render
+        self.vector = vector  # "svg" or "pdf": each figure also as a vector document
         self.figures: list[tuple[str, Any]] = []  # (section, Figure) when not rendering
         self.records = {r.run_id: r for r in records}
         self.con = con if con is not None else connect(root, run_ids=list(self.records))
@@ -115,6 +154,7 @@ class Report:
             raise MixscopeError(
                 f"no committed results in {root} for runs {', '.join(self.records)}"
             )
+        _titles(self.runs)
         self.plots: list[Plot] = []
         self.sections = {k: H.Section(k, v) for k, v in SECTIONS.items()}
         self.measures = data.measures(self.con)  # the selected runs' measures
@@ -129,14 +169,16 @@ class Report:
         add: bool = True,
     ) -> str:
         """Render ``fig``; its HTML fragment is added to the section unless ``add=False``."""
-        from mixscope.report.plots import to_png
+        from mixscope.report.plots import to_png, to_vector
 
         if not self.render:
             self.figures.append((section, fig))
             return ""
+        vector = to_vector(fig, self.vector) if self.vector else None
         png = to_png(fig)
-        self.plots.append(Plot(section, name, title, png))
-        fragment = H.figure(png, title, caption)
+        self.plots.append(Plot(section, name, title, png, vector))
+        link = f"{name}.{self.vector}" if self.vector else None
+        fragment = H.figure(png, title, caption, link)
         if add:
             self.sections[section].add(fragment)
         return fragment

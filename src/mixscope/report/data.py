@@ -32,7 +32,8 @@ def runs(con: Any) -> Rows:
     return rows(
         execute(
             con,
-            "SELECT run_id, name, model, checkpoint_path, revision, step, n_docs, tokens, rows, "
+            "SELECT run_id, name, model, corpus, checkpoint_path, revision, step, n_docs, "
+            "tokens, rows, "
             "status, options, created_at, dtype FROM runs "
             "ORDER BY name, step NULLS LAST, created_at, run_id",
         )

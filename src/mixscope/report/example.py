@@ -1,10 +1,13 @@
 """The example sequence of a run and its per-pair contribution maps (the paper's Figure 1).
 
-The run's first committed document is re-read from its corpus file (the ``documents``
-table gives its file and offset; the run's spec gives the reading rules), cut to a short
-first segment for legibility, and given to :func:`mixscope.contribution_maps` with the
-run's model, revision and masking. Whatever fails on the way (a moved corpus, a hub
-model that cannot be loaded offline) becomes a one-line reason, not a failed report.
+The chosen document (``report --example N``; by default the first with at least
+:data:`MIN_TOKENS` tokens, so not a short heading) is re-read from its corpus file (the
+``documents`` table gives its file, offset and token count; the run's spec gives the
+reading rules), cut to a short first segment for legibility, and given to
+:func:`mixscope.contribution_maps` with the run's model, revision and masking. Whatever
+fails on the way (a moved corpus, a hub model that cannot be loaded offline) becomes a
+one-line reason, not a failed report; a document id that the run does not have is the
+user's error and fails the report (:func:`check_example`).
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ if TYPE_CHECKING:
 
 #: the example sequence is at most this many tokens, special tokens included
 MAX_TOKENS = 40
+#: the default example: the first document with at least this many tokens
+MIN_TOKENS = 20
 
 
 @dataclass
 class Example:
     run_id: str
     doc_id: int | None = None
+    doc_tokens: int = 0  # the whole document's tokens in the run (all its segments)
     tokens: list[str] = field(default_factory=list)
     maps: dict[str, Any] = field(default_factory=dict)  # measure → [layer, n, n]
     truncated: bool = False  # the document is longer than the example segment
@@ -45,39 +51,64 @@ def _corpus_spec(spec: dict[str, Any]) -> Any:
     return CorpusSpec(**{k: v for k, v in corpus.items() if k in known})
 
 
-def first_document(root: str, record: RunRecord) -> tuple[int, Any]:
-    """(doc_id, text or (text, text_pair)) of the run's first committed document."""
-    import pyarrow.compute as pc
-
-    from mixscope.corpus.plan import Shard, read_shard
+def documents(root: str, record: RunRecord) -> list[dict[str, Any]]:
+    """The run's committed documents (``doc_id``, ``file``, ``offset``, ``tokens``), by id."""
     from mixscope.store import manifest
     from mixscope.store.layout import Layout
     from mixscope.store.unreadable import naming_unreadable
 
     layout = Layout.open(root)
-    files = manifest.committed_files(layout, "documents", [record.run_id])
-    best: dict[str, Any] | None = None
-    for path in files:
+    out: list[dict[str, Any]] = []
+    for path in manifest.committed_files(layout, "documents", [record.run_id]):
         with naming_unreadable(root, [record.run_id]):  # damaged: named, not swallowed
-            table = layout.read_table(path).select(["doc_id", "file", "offset"])
-        if table.num_rows == 0:
-            continue
-        k = int(pc.index(table["doc_id"], pc.min(table["doc_id"])).as_py())
-        row = {c: table[c][k].as_py() for c in table.column_names}
-        if best is None or row["doc_id"] < best["doc_id"]:
-            best = row
-    if best is None:
-        raise MixscopeError("the run has no committed documents")
-    shard = Shard(0, best["file"], int(best["offset"]), int(best["doc_id"]), 1)
+            table = layout.read_table(path).select(["doc_id", "file", "offset", "tokens"])
+        out += table.to_pylist()
+    return sorted(out, key=lambda r: r["doc_id"])
+
+
+def _ids_in_words(docs: list[dict[str, Any]]) -> str:
+    ids = [d["doc_id"] for d in docs]
+    if ids[-1] - ids[0] + 1 == len(ids):
+        return f"its documents are {ids[0]}–{ids[-1]}"
+    return f"its {len(ids)} documents have ids between {ids[0]} and {ids[-1]}"
+
+
+def choose_document(
+    docs: list[dict[str, Any]], run_id: str, doc_id: int | None = None
+) -> dict[str, Any]:
+    """Document ``doc_id`` (an error naming the valid ids where the run has none such), or
+    by default the first with at least :data:`MIN_TOKENS` tokens (the first document is
+    often a heading: a few tokens show no mixing), else the longest."""
+    if not docs:
+        raise MixscopeError(f"run {run_id} has no committed documents")
+    if doc_id is not None:
+        for d in docs:
+            if d["doc_id"] == doc_id:
+                return d
+        raise MixscopeError(
+            f"--example {doc_id}: run {run_id} has no document {doc_id}; {_ids_in_words(docs)}"
+        )
+    long = [d for d in docs if (d["tokens"] or 0) >= MIN_TOKENS]
+    return long[0] if long else max(docs, key=lambda d: (d["tokens"] or 0, -d["doc_id"]))
+
+
+def read_document(record: RunRecord, doc: dict[str, Any]) -> Any:
+    """The text (or ``(text, text_pair)``) of ``doc``, re-read from the run's corpus."""
+    from mixscope.corpus.plan import Shard, read_shard
+
+    shard = Shard(0, doc["file"], int(doc["offset"]), int(doc["doc_id"]), 1)
     try:
-        (doc,) = read_shard(shard, _corpus_spec(dict(record.spec)))
+        (read,) = read_shard(shard, _corpus_spec(dict(record.spec)))
     except (OSError, RuntimeError) as exc:
-        raise MixscopeError(f"cannot re-read document {best['doc_id']}: {exc}") from None
-    return doc.doc_id, doc.text
+        raise MixscopeError(f"cannot re-read document {doc['doc_id']}: {exc}") from None
+    return read.text
 
 
-def example_for(root: str, record: RunRecord, max_tokens: int = MAX_TOKENS) -> Example:
-    """The example of one run; ``error`` says why when there are no maps."""
+def example_for(
+    root: str, record: RunRecord, max_tokens: int = MAX_TOKENS, doc_id: int | None = None
+) -> Example:
+    """The example of one run (document ``doc_id``, default :func:`choose_document`'s);
+    ``error`` says why when there are no maps."""
     import mixscope
 
     ex = Example(record.run_id)
@@ -87,7 +118,9 @@ def example_for(root: str, record: RunRecord, max_tokens: int = MAX_TOKENS) -> E
     try:
         if not model:
             raise MixscopeError("the run record names no model")
-        ex.doc_id, text = first_document(root, record)
+        doc = choose_document(documents(root, record), record.run_id, doc_id)
+        ex.doc_id, ex.doc_tokens = int(doc["doc_id"]), int(doc["tokens"] or 0)
+        text = read_document(record, doc)
         run_max = analysis.get("max_length")
         length = min(max_tokens, int(run_max)) if run_max else max_tokens
         maps = mixscope.contribution_maps(

@@ -1,7 +1,9 @@
 """The self-contained report page: inline CSS, sections with headings, tables, figures.
 
 Nothing on the page refers to anything outside it: figures are ``data:image/png;base64``
-URIs (or inline SVG), links are in-page anchors only. Every text is escaped here.
+URIs (or inline SVG), links are in-page anchors only, except with ``--format svg`` /
+``pdf``, where each figure links its vector file written beside the page. Every text is
+escaped here.
 """
 
 from __future__ import annotations
@@ -84,15 +86,22 @@ def subheading(text: str) -> str:
     return f"<h3>{escape(text)}</h3>"
 
 
-def figure(image: bytes | str, alt: str, caption: str | None = None) -> str:
-    """A PNG (bytes) as a data URI, or an SVG document (str) inline."""
+def figure(
+    image: bytes | str, alt: str, caption: str | None = None, link: str | None = None
+) -> str:
+    """A PNG (bytes) as a data URI, or an SVG document (str) inline. ``link``: the
+    figure's vector file beside the page (``--format svg`` / ``pdf``), linked under it."""
     if isinstance(image, bytes):
         data = base64.b64encode(image).decode("ascii")
         body = f'<img alt="{escape(alt)}" src="data:image/png;base64,{data}">'
     else:
         start = image.find("<svg")
         body = image[start:] if start >= 0 else image
-    cap = f"<figcaption>{escape(caption)}</figcaption>" if caption else ""
+    text = escape(caption) if caption else ""
+    if link:
+        kind = link.rsplit(".", 1)[-1].upper()
+        text += f' <a class="vector" href="{escape(link)}">{kind}: {escape(link)}</a>'
+    cap = f"<figcaption>{text.strip()}</figcaption>" if text else ""
     return f"<figure>{body}{cap}</figure>"
 
 

@@ -9,6 +9,7 @@ from mixscope.report.context import Report, label, slug
 
 def layer_sections(rep: Report) -> None:
     from mixscope.report import plots
+    from mixscope.report.layer_plots import describe, layer_curves, layer_panels
 
     profile = rep.by_run(data.named(rep.con, "layer_profile"))
     types = rep.by_run(data.named(rep.con, "token_types"))
@@ -16,7 +17,9 @@ def layer_sections(rep: Report) -> None:
     s.add(
         H.paragraph(
             "Per-sequence mean mixing ratio at each layer (mean over sequences of each "
-            "sequence's mean, as in the paper). Dashed: weight-based measures."
+            "sequence's mean, as in the paper), one panel per measure group: norm-based "
+            "ratios, weight-based ones (dashed) and the share drawn from the first position "
+            "(sink) each on their own axis."
         )
     )
     t = rep.sections["token-types"]
@@ -30,9 +33,12 @@ def layer_sections(rep: Report) -> None:
     for run in rep.runs:
         rid, name = run["run_id"], label(run)
         prof = profile.get(rid, [])
-        fig = plots.layer_curves(prof, f"Mixing ratio per layer\n{name}")
+        fig = layer_curves(prof, f"Mixing ratio per layer\n{name}")
+        caption = describe(layer_panels(plots.measures_in(prof)))
         curves.append(
-            rep.plot("layers", f"layers-{slug(rid)}", f"per-layer curves, {name}", fig, add=False)
+            rep.plot(
+                "layers", f"layers-{slug(rid)}", f"per-layer curves, {name}", fig, caption, False
+            )
         )
         fig = plots.token_type_heatmap(types.get(rid, []), prof, f"Token type × layer\n{name}")
         heatmaps.append(

@@ -20,6 +20,9 @@ COLORS = {c.name: c.color for c in all_columns()}
 LINESTYLES = {c.name: "--" if c.dashed else "-" for c in all_columns()}
 #: registry order
 _ORDER = {c.name: k for k, c in enumerate(all_columns())}
+#: grid lines: light grey, under the data
+GRID_MAJOR = "#d9d9d9"
+GRID_MINOR = "#eeeeee"
 CATEGORIES = ("cls", "sep", "mask", "normal", "other_special")
 CATEGORY_LABELS = {
     "cls": "[CLS]",
@@ -78,34 +81,6 @@ def layer_axis(ax: Any, layers: list[int]) -> None:
     if layers:
         step = max(1, math.ceil(len(layers) / 24))
         ax.set_xticks(layers[::step])
-
-
-def layer_curves(profile: list[dict], title: str) -> Any:
-    """Per-layer mixing ratio of every measure (per-sequence means, as in the paper)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 5.5), layout="constrained")
-    layers = sorted({int(r["layer"]) for r in profile})
-    for m in measures_in(profile):
-        pts = sorted((int(r["layer"]), 100 * r["seq_mean"]) for r in profile if r["measure"] == m)
-        if pts:
-            xs, ys = zip(*pts, strict=True)
-            ax.plot(
-                xs,
-                ys,
-                LINESTYLES[m],
-                marker="o",
-                color=COLORS[m],
-                label=LABELS[m],
-                linewidth=2,
-                markersize=5,
-            )
-    layer_axis(ax, layers)
-    ax.set_ylabel("mixing ratio (%)")
-    ax.set_ylim(0, 100)
-    ax.grid(True, alpha=0.3)
-    ax.set_title(title)
-    fig.legend(loc="outside lower center", ncol=3, frameon=False)
-    return fig
 
 
 def token_type_heatmap(types: list[dict], profile: list[dict], title: str) -> Any:
@@ -214,7 +189,7 @@ def frequency(
         ax.set_xlabel("frequency rank (1 = most frequent, log scale)")
         ax.set_ylabel("layer-averaged ratio (%)")
         ax.set_ylim(0, 100)
-        ax.grid(True, alpha=0.3, which="both")
+        light_grid(ax)
         r = by_measure.get(m)
         rho_text = ""
         if r and r.get("rho_all") is not None:
@@ -360,6 +335,29 @@ def sink_profile(profile: list[dict], title: str) -> Any:
     ax.set_title(title)
     fig.legend(loc="outside lower center", ncol=4, frameon=False, fontsize=8)
     return fig
+
+
+def light_grid(ax: Any) -> None:
+    """Light grid lines under the data (a log axis gets its minor decades too): readable
+    values off a dense scatter without the grid competing with the points."""
+    ax.set_axisbelow(True)
+    ax.grid(True, which="major", color=GRID_MAJOR, linewidth=0.8)
+    ax.grid(True, which="minor", color=GRID_MINOR, linewidth=0.5)
+
+
+def to_vector(fig: Any, fmt: str) -> bytes:
+    """``fig`` as an SVG or PDF document (not closed: :func:`to_png` renders it next).
+    No creation date and fixed SVG ids, so the same figure gives the same file."""
+    import io
+
+    plt = pyplot()
+    buf = io.BytesIO()
+    date = "Date" if fmt == "svg" else "CreationDate"
+    with plt.rc_context({"svg.hashsalt": "mixscope", "svg.fonttype": "path"}):
+        fig.savefig(
+            buf, format=fmt, metadata={date: None}, dpi=200, bbox_inches=None, pad_inches=0.1
+        )
+    return buf.getvalue()
 
 
 def to_png(fig: Any) -> bytes:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from mixscope.report import data
 from mixscope.report import html as H
-from mixscope.report.context import Report, label, pct
+from mixscope.report.context import Report, label, pct, short_corpus, short_model
 
 if TYPE_CHECKING:
     from mixscope.store.run_record import RunRecord
@@ -20,12 +19,6 @@ def _pairs(record: RunRecord | None) -> str:
     return pair_counts(record.corpus.get("pairs") if record else None)
 
 
-def _short_model(model: str | None) -> str:
-    if not model:
-        return ""
-    return os.path.basename(model.rstrip("/")) if os.sep in model else model
-
-
 def runs_section(rep: Report) -> None:
     s = rep.sections["runs"]
     s.add(H.paragraph(f"{len(rep.runs)} run(s) with committed results in {rep.root}."))
@@ -33,7 +26,8 @@ def runs_section(rep: Report) -> None:
         [
             r["run_id"],
             r["name"] or "",
-            _short_model(r["model"]),
+            short_model(r["model"]),
+            short_corpus(r.get("corpus")),
             r["step"],
             r["dtype"] or "",
             r["n_docs"],
@@ -42,7 +36,7 @@ def runs_section(rep: Report) -> None:
         ]
         for r in rep.runs
     ]
-    headers = ["run", "name", "model", "step", "dtype", "documents", "tokens", "status"]
+    headers = ["run", "name", "model", "corpus", "step", "dtype", "documents", "tokens", "status"]
     pairs = {r["run_id"]: _pairs(rep.records.get(r["run_id"])) for r in rep.runs}
     if any(pairs.values()):  # corpus.pairs: pairs kept / split / skipped (corpus/plan.py)
         headers.append("pairs")

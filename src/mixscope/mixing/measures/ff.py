@@ -45,8 +45,8 @@ class FeedForward(MeasureGroup):
     )
     columns = (
         Column("ff_n", "FF-N", "#8c6d31"),
-        Column("ffres_n", "FFRES-N", "#d6616b"),
-        Column("ffresln_n", "FFRESLN-N", "#7b4173"),
+        Column("ffres_n", "FFRES-N", "#a50f15"),
+        Column("ffresln_n", "FFRESLN-N", "#393b79"),
     )
     needs = frozenset(
         {"block_input", "values", "attention", "attn_out", "attn_norm", "ff_in", "ff_out"}

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 class GlobEnc(MeasureGroup):
     name = "globenc"
     title = "N-Enc, the whole encoder layer up to LN2 (GlobEnc, Modarressi et al., NAACL 2022)"
-    columns = (Column("globenc_n", "GLOBENC-N", "#756bb1"),)
+    columns = (Column("globenc_n", "GLOBENC-N", "#9467bd"),)
     needs = frozenset({"block_input", "values", "attention", "attn_out", "attn_norm"})
     verify_needs = frozenset({"ff_norm"})
 

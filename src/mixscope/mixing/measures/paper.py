@@ -36,9 +36,9 @@ class Paper(MeasureGroup):
     name = "paper"
     title = "ATTN-W, ATTN-N, ATTNRES-W, ATTNRES-N, ATTNRESLN-N (Kobayashi et al., EMNLP 2021)"
     columns = (
-        Column("attn_w", "ATTN-W", "#9ecae1", dashed=True),
+        Column("attn_w", "ATTN-W", "#17becf", dashed=True),
         Column("attn_n", "ATTN-N", "#3182bd", pair=True),
-        Column("attnres_w", "ATTNRES-W", "#fdae6b", derived=("attn_w", 0.5), dashed=True),
+        Column("attnres_w", "ATTNRES-W", "#e7ba52", derived=("attn_w", 0.5), dashed=True),
         Column("attnres_n", "ATTNRES-N", "#e6550d", pair=True),
         Column("attnresln_n", "ATTNRESLN-N", "#31a354", pair=True),
     )

@@ -34,8 +34,8 @@ class Sink(MeasureGroup):
     name = "sink"
     title = "weight and norm drawn from the first position (attention sinks; Kobayashi 2020)"
     columns = (
-        Column("sink_w", "SINK-W", "#bcbddc", dashed=True),
-        Column("sink_n", "SINK-N", "#54278f"),
+        Column("sink_w", "SINK-W", "#c49c94", dashed=True),
+        Column("sink_n", "SINK-N", "#01665e"),
     )
     needs = frozenset({"values", "attention", "attn_out"})
     first_position = True
