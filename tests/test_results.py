@@ -168,16 +168,17 @@ def test_plot_returns_the_report_figures(real_root):
         assert len(figs) == 2 and all(isinstance(f, Figure) for f in figs)
         profile = res.query("layer_profile").to_pylist()
         for fig, run in zip(figs, (a, b), strict=True):
-            (ax,) = fig.axes
-            assert len(ax.lines) == 5
+            norms, weights, *spare = fig.axes  # one panel per kind of measure (3 columns)
+            assert [len(norms.lines), len(weights.lines)] == [3, 2]
+            assert all(not ax.axison for ax in spare)
             want = [
                 100 * r["seq_mean"]
                 for r in profile
                 if r["run_id"] == run and r["measure"] == "attn_w"
             ]
-            assert np.allclose(ax.lines[0].get_ydata(), want)
+            assert np.allclose(weights.lines[0].get_ydata(), want)
         (one,) = res.plot("layers", run=b[:5])
-        assert np.allclose(one.axes[0].lines[0].get_ydata(), figs[1].axes[0].lines[0].get_ydata())
+        assert np.allclose(one.axes[1].lines[0].get_ydata(), figs[1].axes[1].lines[0].get_ydata())
         types = res.plot("token-types")
         assert len(types) == 2 and all(len(f.axes) == 10 for f in types)  # 5 panels + bars
         assert all(len(f.axes) == 6 for f in res.plot("frequency"))
