@@ -5,8 +5,8 @@ position are three different questions; on one axis eleven lines hide each other
 panels come from the measure registry (``mixscope.mixing.measures``), so a new group gets
 its panel without a list here: a group's norm-based columns share one axis, its
 weight-based (dashed) columns get their own, and a group about the first position
-(``first_position``: the sink group) keeps its weight and norm together, on an axis that
-says what they measure.
+(``first_position``: the sink group) keeps its weight and norm together. Each axis is
+labelled with its group's ``axis_label`` (what its values are).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
-
-FIRST_POSITION = "drawn from the first position (%)"
 
 
 @dataclass(frozen=True)
@@ -39,17 +37,17 @@ def layer_panels(measures: list[str] | set[str]) -> list[Panel]:
             continue
         if g.first_position:
             names = tuple(c.name for c in cols)
-            out.append(Panel(f"{g.name}: first position", names, FIRST_POSITION))
+            out.append(Panel(f"{g.name}: first position", names, g.axis_label))
             continue
         norms = tuple(c.name for c in cols if not c.dashed)
         weights = tuple(c.name for c in cols if c.dashed)
         both = bool(norms and weights)
         if norms:
             title = f"{g.name}: norm-based" if both else g.name
-            out.append(Panel(title, norms, "mixing ratio (%)"))
+            out.append(Panel(title, norms, g.axis_label))
         if weights:
             title = f"{g.name}: weight-based" if both else g.name
-            out.append(Panel(title, weights, "mixing ratio, attention weights (%)"))
+            out.append(Panel(title, weights, g.axis_label))
     return out
 
 

@@ -75,6 +75,8 @@ class MeasureGroup:
     #: one line: what the group measures and its source (paper, year)
     title: str = ""
     columns: tuple[Column, ...] = ()
+    #: what the group's values are, as a figure's y axis (the per-layer figure's panel)
+    axis_label: str = "mixing ratio (%)"
     needs: frozenset[str] = frozenset()
     verify_needs: frozenset[str] = frozenset()
     #: the group reads α^h_i0, the weights on the first real position (the fast kernel

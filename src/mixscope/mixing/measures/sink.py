@@ -37,6 +37,7 @@ class Sink(MeasureGroup):
         Column("sink_w", "SINK-W", "#c49c94", dashed=True),
         Column("sink_n", "SINK-N", "#01665e"),
     )
+    axis_label = "drawn from the first position (%)"
     needs = frozenset({"values", "attention", "attn_out"})
     first_position = True
 
