@@ -421,3 +421,282 @@ def test_a_bfloat16_run_is_reported_and_drawn_in_bfloat16(roots, tiny_bert_dir, 
     }
     assert all(np.array_equal(ex.maps[m], ref["bfloat16"].maps[m]) for m in ex.maps)
     assert not all(np.array_equal(ex.maps[m], ref["float32"].maps[m]) for m in ex.maps)
+
+
+# -- figures for a paper: panels per group, distinct colours, --example, vector files ---------
+
+#: a WikiText-like corpus: a heading and a short line before the first document of 20+ tokens
+HEADED = [
+    "= Valkyria Chronicles III =",
+    "The cat sat on the mat.",
+    "Researchers measured how much context each token mixes in, layer by layer, across the "
+    "whole corpus of old books.",
+    *LINES.splitlines()[:5],
+]
+
+
+@pytest.fixture(scope="module")
+def headed(tiny_bert_dir, tmp_path_factory):
+    """One run of every measure group over :data:`HEADED` (no masking: the example maps'
+    tokens are the tokenizer's)."""
+    base = tmp_path_factory.mktemp("headed")
+    corpus = base / "corpus.txt"
+    corpus.write_text("\n".join(HEADED) + "\n", encoding="utf-8")
+    spec = load_spec(
+        None,
+        {
+            "name": "headed",
+            "model": tiny_bert_dir,
+            "corpus.paths": [str(corpus)],
+            "analysis.measures": ["all"],
+            "analysis.max_length": 64,
+            "runtime.executor": "local",
+            "output.detail": "full",
+            "out": str(base / "results"),
+        },
+    )
+    summary = run_job(spec, show_progress=False)
+    assert summary.status == "complete"
+    return {"root": base / "results", "run": summary.run_id, "model": tiny_bert_dir}
+
+
+def _lab(colour: str) -> tuple[float, float, float]:
+    """sRGB hex → CIELAB (D65), by the CIE formulas."""
+    from matplotlib.colors import to_rgb
+
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(colour)]
+    m = ((0.4124564, 0.3575761, 0.1804375), (0.2126729, 0.7151522, 0.0721750))
+    m += ((0.0193339, 0.1191920, 0.9503041),)
+    xyz = [sum(k * c for k, c in zip(row, lin, strict=True)) for row in m]
+    f = [
+        t ** (1 / 3) if t > (6 / 29) ** 3 else t / (3 * (6 / 29) ** 2) + 4 / 29
+        for t in (xyz[0] / 0.95047, xyz[1], xyz[2] / 1.08883)
+    ]
+    return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+def _delta_e2000(lab1, lab2) -> float:
+    """CIEDE2000 colour difference (Sharma, Wu & Dalal 2005), written out."""
+    import math
+
+    (l1, a1, b1), (l2, a2, b2) = lab1, lab2
+    cbar = (math.hypot(a1, b1) + math.hypot(a2, b2)) / 2
+    g = 0.5 * (1 - math.sqrt(cbar**7 / (cbar**7 + 25**7)))
+    a1p, a2p = (1 + g) * a1, (1 + g) * a2
+    c1, c2 = math.hypot(a1p, b1), math.hypot(a2p, b2)
+    h1 = math.degrees(math.atan2(b1, a1p)) % 360 if c1 else 0.0
+    h2 = math.degrees(math.atan2(b2, a2p)) % 360 if c2 else 0.0
+    dh = 0.0 if c1 * c2 == 0 else (h2 - h1 + 180) % 360 - 180
+    dl, dc = l2 - l1, c2 - c1
+    dhh = 2 * math.sqrt(c1 * c2) * math.sin(math.radians(dh / 2))
+    lbar, cbarp = (l1 + l2) / 2, (c1 + c2) / 2
+    if c1 * c2 == 0:
+        hbar = h1 + h2
+    elif abs(h1 - h2) <= 180:
+        hbar = (h1 + h2) / 2
+    else:
+        hbar = (h1 + h2 + 360) / 2 if h1 + h2 < 360 else (h1 + h2 - 360) / 2
+    t = (
+        1
+        - 0.17 * math.cos(math.radians(hbar - 30))
+        + 0.24 * math.cos(math.radians(2 * hbar))
+        + 0.32 * math.cos(math.radians(3 * hbar + 6))
+        - 0.20 * math.cos(math.radians(4 * hbar - 63))
+    )
+    rt = -2 * math.sqrt(cbarp**7 / (cbarp**7 + 25**7))
+    rt *= math.sin(math.radians(60 * math.exp(-(((hbar - 275) / 25) ** 2))))
+    sl = 1 + 0.015 * (lbar - 50) ** 2 / math.sqrt(20 + (lbar - 50) ** 2)
+    sc, sh = 1 + 0.045 * cbarp, 1 + 0.015 * cbarp * t
+    return math.sqrt(
+        (dl / sl) ** 2 + (dc / sc) ** 2 + (dhh / sh) ** 2 + rt * (dc / sc) * (dhh / sh)
+    )
+
+
+#: two measures' colours at least this far apart (CIEDE2000): ~1 is a just-noticeable
+#: difference side by side; thin lines and legend swatches need far more. The old palette's
+#: purples were 15 apart; tab10, matplotlib's default cycle, has two pairs under 18.
+MIN_DELTA_E = 20.0
+#: every colour this far from the white page (a pale line vanishes)
+MIN_FROM_WHITE = 25.0
+
+
+def test_delta_e2000_matches_the_published_test_data():
+    """The hand-written formula against Sharma et al.'s table (pairs 1, 7, 17, 25)."""
+    table = [
+        ((50.0, 2.6772, -79.7751), (50.0, 0.0, -82.7485), 2.0425),
+        ((50.0, 0.0, 0.0), (50.0, -1.0, 2.0), 2.3669),
+        ((50.0, 2.5, 0.0), (73.0, 25.0, -18.0), 27.1492),
+        ((60.2574, -34.0099, 36.2677), (60.4626, -34.1751, 39.4387), 1.2644),
+    ]
+    for lab1, lab2, want in table:
+        assert _delta_e2000(lab1, lab2) == pytest.approx(want, abs=1e-4)
+    assert _lab("#ffffff") == pytest.approx((100.0, 0.0, 0.0), abs=1e-2)
+
+
+def test_every_measure_colour_is_clearly_distinct():
+    """Every pair of the registry's measure colours, and each against the page."""
+    from itertools import combinations
+
+    from mixscope.mixing.measures import all_columns
+
+    cols = all_columns()
+    assert len({c.color.lower() for c in cols}) == len(cols)
+    close = [
+        (a.label, b.label, round(d, 1))
+        for a, b in combinations(cols, 2)
+        if (d := _delta_e2000(_lab(a.color), _lab(b.color))) < MIN_DELTA_E
+    ]
+    assert not close, close
+    pale = [c.label for c in cols if _delta_e2000(_lab(c.color), _lab("#ffffff")) < MIN_FROM_WHITE]
+    assert not pale, pale
+    # negative control: the three purples the per-layer figure had fail the check
+    old = ["#756bb1", "#7b4173", "#54278f"]  # GLOBENC-N, FFRESLN-N, SINK-N before
+    assert min(_delta_e2000(_lab(a), _lab(b)) for a, b in combinations(old, 2)) < MIN_DELTA_E
+
+
+def test_every_measure_has_one_panel_and_no_panel_mixes_kinds():
+    """From the registry: each measure on exactly one axis; weights (dashed) and norms
+    share one only in a group about the first position."""
+    from mixscope.mixing.measures import GROUPS, all_columns, column, group_of
+    from mixscope.report.layer_plots import layer_panels
+
+    panels = layer_panels([c.name for c in all_columns()])
+    placed = [m for p in panels for m in p.measures]
+    assert sorted(placed) == sorted(c.name for c in all_columns())
+    for p in panels:
+        (group,) = {group_of(m) for m in p.measures}
+        if not GROUPS[group].first_position:
+            assert len({column(m).dashed for m in p.measures}) == 1, p
+
+
+def test_layer_figure_is_one_panel_per_group_titled_with_model_and_corpus(headed):
+    from matplotlib.colors import to_hex
+
+    import mixscope
+    from mixscope.mixing.measures import column
+
+    with mixscope.open(headed["root"]) as res:
+        (fig,) = res.plot("layers")
+        profile = res.query("layer_profile").to_pylist()
+    axes = [ax for ax in fig.axes if ax.axison]
+    assert [ax.get_title() for ax in axes] == [
+        "paper: norm-based",
+        "paper: weight-based",
+        "globenc",
+        "sink: first position",
+        "ff",
+    ]
+    labels = [[line.get_label() for line in ax.lines] for ax in axes]
+    assert labels == [
+        ["ATTN-N", "ATTNRES-N", "ATTNRESLN-N"],
+        ["ATTN-W", "ATTNRES-W"],
+        ["GLOBENC-N"],
+        ["SINK-W", "SINK-N"],
+        ["FF-N", "FFRES-N", "FFRESLN-N"],
+    ]
+    assert axes[3].get_ylabel() == "drawn from the first position (%)"
+    assert {ax.get_ylabel() for ax in axes[:3] + axes[4:]} == {"mixing ratio (%)"}
+    by_label = {column(m).label: m for m in {r["measure"] for r in profile}}
+    for ax in axes:
+        assert ax.get_ylim() == (0, 100)
+        for line in ax.lines:
+            m = by_label[line.get_label()]
+            assert to_hex(line.get_color()) == column(m).color
+            assert (line.get_linestyle() == "--") == column(m).dashed
+            rows = sorted((r["layer"], r["seq_mean"]) for r in profile if r["measure"] == m)
+            assert list(line.get_xdata()) == [layer for layer, _ in rows]
+            assert np.allclose(line.get_ydata(), [100 * v for _, v in rows])
+    title = fig.get_suptitle()
+    assert f"{Path(headed['model']).name} on corpus.txt · headed" in title
+    assert headed["run"] not in title
+
+
+def test_titles_name_model_and_corpus_not_the_run(roots, trend_html):
+    alts = re.findall(r'<img alt="([^"]*)"', trend_html)
+    for step, run in roots["steps"].items():
+        want = f"per-layer curves, checkpoint-{step} on corpus.txt · sweep · step {step}"
+        assert want in alts, alts
+        assert not any(run in a for a in alts)
+
+
+def test_frequency_scatter_has_light_grids_under_the_points(headed):
+    from matplotlib.colors import to_hex
+
+    import mixscope
+    from mixscope.report.plots import GRID_MAJOR, GRID_MINOR
+
+    with mixscope.open(headed["root"]) as res:
+        (fig,) = res.plot("frequency")
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == 11  # one per measure of every group
+    for ax in panels:
+        assert ax.get_axisbelow() is True
+        major = ax.yaxis.get_gridlines()
+        assert major and all(g.get_visible() for g in major)
+        assert {to_hex(g.get_color()) for g in major} == {GRID_MAJOR}
+        minor = ax.xaxis.get_minor_ticks()  # the log axis' minor decades
+        assert minor and all(
+            to_hex(t.gridline.get_color()) == GRID_MINOR and t.gridline.get_visible() for t in minor
+        )
+
+
+def test_example_is_the_first_document_of_20_tokens_or_the_one_asked_for(headed):
+    from transformers import AutoTokenizer
+
+    from mixscope.report.example import MIN_TOKENS, example_for
+    from mixscope.store.layout import Layout
+    from mixscope.store.runs import load_run
+
+    tok = AutoTokenizer.from_pretrained(headed["model"])
+    words = [tok.convert_ids_to_tokens(tok(text)["input_ids"]) for text in HEADED]
+    assert [len(w) for w in words[:3]] == [9, 9, 24] and MIN_TOKENS == 20
+    record = load_run(Layout.open(str(headed["root"])), headed["run"])
+    ex = example_for(str(headed["root"]), record)
+    assert ex.error is None and (ex.doc_id, ex.tokens) == (2, words[2])
+    ex = example_for(str(headed["root"]), record, doc_id=0)
+    assert ex.error is None and (ex.doc_id, ex.tokens) == (0, words[0])
+
+
+@pytest.mark.parametrize("doc", ["99", "-1"])
+def test_example_that_does_not_exist_is_a_one_line_error(headed, tmp_path, doc):
+    out = tmp_path / "r.html"
+    result = _report(headed["root"], "--example", doc, "-o", out)
+    assert result.exit_code == 1
+    last = len(HEADED) - 1
+    assert result.output == (
+        f"Error: --example {doc}: run {headed['run']} has no document {doc}; "
+        f"its documents are 0–{last}\n"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["svg", "pdf"])
+def test_vector_formats_write_the_page_and_a_file_per_figure(headed, tmp_path, fmt):
+    """svg: into a directory (page report.html); pdf: beside a named page, other example."""
+    import xml.etree.ElementTree as ET
+
+    run = headed["run"]
+    if fmt == "svg":
+        folder, page = tmp_path / "paper", tmp_path / "paper" / "report.html"
+        result = _report(headed["root"], "--format", fmt, "-o", folder)
+    else:
+        folder, page = tmp_path, tmp_path / "figures.html"
+        result = _report(headed["root"], "--format", fmt, "-o", page, "--example", "1")
+    assert result.exit_code == 0, result.output
+    names = {f"{k}-{run}" for k in ("layers", "token_types", "frequency", "sink", "components")}
+    names |= {f"contributions-{run}-layer{k:02d}" for k in (1, 2)}
+    figures = {f"{n}.{fmt}" for n in names}
+    assert {p.name for p in folder.iterdir()} == figures | {page.name, "summary.csv"}
+    assert result.output == f"wrote {page} (7 {fmt.upper()} figures beside it)\n"
+    for name in figures:
+        data = (folder / name).read_bytes()
+        if fmt == "svg":
+            assert ET.fromstring(data).tag == "{http://www.w3.org/2000/svg}svg"
+        else:
+            assert data.startswith(b"%PDF-") and data.rstrip().endswith(b"%%EOF")
+    text = page.read_text(encoding="utf-8")
+    linked = [x for x in _parse(text).links if not x.startswith(("data:", "#"))]
+    assert sorted(linked) == sorted(figures)  # each figure links its file, nothing else
+    assert len(_parse(text).images) == len(figures)  # the page still shows them (PNG)
+    shown = "Document 2, 24 tokens." if fmt == "svg" else "Document 1, 9 tokens."
+    assert shown in text

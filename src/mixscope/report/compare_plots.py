@@ -47,7 +47,7 @@ def compare_layers(rows: list[dict], title: str) -> Any:
         if pts:
             xs, ys = zip(*pts, strict=True)
             right.plot(xs, ys, "-o", color=COLORS[m], linewidth=2, markersize=5, label=LABELS[m])
-    right.axhline(0, color="black", linewidth=0.8)
+    right.axhline(0, color="#969696", linewidth=1, linestyle=":")  # measures may be black
     for ax in (left, right):
         layer_axis(ax, layers)
         ax.grid(True, alpha=0.3)

@@ -44,8 +44,8 @@ class FeedForward(MeasureGroup):
         "after it (Kobayashi et al., ICLR 2024)"
     )
     columns = (
-        Column("ff_n", "FF-N", "#8c6d31"),
-        Column("ffres_n", "FFRES-N", "#a50f15"),
+        Column("ff_n", "FF-N", "#f768a1"),
+        Column("ffres_n", "FFRES-N", "#000000"),
         Column("ffresln_n", "FFRESLN-N", "#393b79"),
     )
     needs = frozenset(
