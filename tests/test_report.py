@@ -301,6 +301,12 @@ window.addEventListener("load", () => {
     summary_rows: document.querySelectorAll("tr[data-measure]").length,
     headings: [...document.querySelectorAll("h2")].map((h) => h.textContent),
     height: document.body.scrollHeight,
+    layer_figures: [...document.querySelectorAll("#layers figure")].map((f) => {
+      const img = f.querySelector("img");
+      const cap = f.querySelector("figcaption");
+      return {caption: cap ? cap.textContent : "", width: img.naturalWidth,
+        height: img.naturalHeight, shown: img.getBoundingClientRect().width};
+    }),
   };
   const out = document.createElement("pre");
   out.id = "probe-result";
@@ -366,6 +372,15 @@ def test_every_figure_and_table_loads_in_headless_chromium(roots, trend_html):
     assert seen["tables"] and all(rows > 0 for rows in seen["tables"]), seen["tables"]
     assert all(h in seen["headings"] for h in SECTIONS.values()), seen["headings"]
     assert seen["height"] > 2000  # laid out as a long page, not collapsed
+    # the per-layer figures: one per run, the paper group's two panels side by side, named
+    # in the caption, and drawn wide enough to read (the page's grid: 560 px or more)
+    panels = (
+        "Panels: paper: norm-based (ATTN-N, ATTNRES-N, ATTNRESLN-N); "
+        "paper: weight-based (ATTN-W, ATTNRES-W)"
+    )
+    assert [f["caption"] for f in seen["layer_figures"]] == [panels] * 3
+    for f in seen["layer_figures"]:
+        assert f["width"] > 1.5 * f["height"] and f["shown"] >= 560, f
 
 
 @needs_chromium
@@ -700,3 +715,33 @@ def test_vector_formats_write_the_page_and_a_file_per_figure(headed, tmp_path, f
     assert len(_parse(text).images) == len(figures)  # the page still shows them (PNG)
     shown = "Document 2, 24 tokens." if fmt == "svg" else "Document 1, 9 tokens."
     assert shown in text
+
+
+@needs_chromium
+def test_vector_figures_render_in_headless_chromium(headed, tmp_path):
+    """Every SVG that ``--format svg`` writes is an image a browser draws, at the size of
+    its PNG on the page (the XML parsing alone cannot tell a drawing a browser refuses)."""
+    folder = tmp_path / "svg"
+    assert _report(headed["root"], "--format", "svg", "--no-examples", "-o", folder).exit_code == 0
+    svgs = sorted(p.name for p in folder.glob("*.svg"))
+    assert len(svgs) == 5  # layers, token types, frequency, sink, components
+    probe = folder / "probe.html"
+    tags = "".join(f'<img src="{name}" alt="">' for name in svgs)
+    probe.write_text(f"<html><body>{tags}{PROBE}</body></html>", "utf-8")
+    dom = _chromium("--virtual-time-budget=10000", "--dump-dom", probe.as_uri()).stdout
+    found = re.search(r'<pre id="probe-result">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    seen = json.loads(unescape(found.group(1)))
+    pngs = {
+        alt: _png(base64.b64decode(src.split(",", 1)[1])).size
+        for alt, src in re.findall(
+            r'<img alt="([^"]*)" src="([^"]*)"', (folder / "report.html").read_text("utf-8")
+        )
+    }
+    assert len(seen["images"]) == len(svgs) == len(pngs)
+    for img in seen["images"]:
+        assert img["complete"] and img["width"] > 300 and img["height"] > 200, img
+    # the same figure size: the PNG at 100 px per inch, the SVG in points a browser draws
+    # at 96 CSS px per inch
+    want = sorted(round(w * 0.96) for w, _ in pngs.values())
+    assert sorted(round(i["width"]) for i in seen["images"]) == pytest.approx(want, abs=2)
