@@ -1,4 +1,5 @@
-"""``build_report``: from a results root to one self-contained HTML page, or to PNG files.
+"""``build_report``: from a results root to one self-contained HTML page, to PNG files, or
+to the page with SVG / PDF figures beside it (``--format svg`` / ``pdf``, for papers).
 
 Sections, in order: runs, summary (Table 2), per-layer curves, token types × layer
 (Figure 3), frequency rank vs ratio (Figure 4, with ρ), the first position (runs with the
