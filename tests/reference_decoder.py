@@ -199,6 +199,30 @@ LAYOUTS = {
         "ff_post": "post_feedforward_layernorm",
         "qk_norm": "full",
     },
+    # mixtures of experts: Llama's attention, a router choosing the top-k experts per token
+    # (softmax over every expert, then the top k, renormalised where the config says so),
+    # each expert a SwiGLU with [gate | up] in one [E, 2F, d] tensor; Qwen3-MoE's dense
+    # layers (mlp_only_layers) keep Llama's MLP
+    "qwen3_moe": {**_LLAMA, "qk_norm": "head", "moe": "softmax_topk", "router": "mlp.gate"},
+    "olmoe": {**_LLAMA, "qk_norm": "full", "moe": "softmax_topk", "router": "mlp.gate"},
+    "mixtral": {
+        **_LLAMA,
+        "window": "sliding_window",
+        "moe": "softmax_topk",
+        "router": "mlp.gate",
+        "renorm": True,  # Mixtral always renormalises its top-k
+    },
+    # gpt-oss: learned sinks (a per-head logit joining the softmax with no value), q/k/v/o
+    # biases, sliding and full layers; a router with a bias whose top-k logits are softmaxed;
+    # experts [E, d, 2F] with gate and up interleaved (even columns gate), biases, and the
+    # clamped SwiGLU (up + 1) · g σ(α g), g = min(g, L), up clipped to ±L
+    "gpt_oss": {
+        **_LLAMA,
+        "window": "sliding_window",
+        "sinks": "self_attn.sinks",
+        "moe": "topk_softmax",
+        "router": "mlp.router",
+    },
     "opt": {
         "layers": "decoder.layers",
         "embed": "decoder.embed_tokens",
@@ -328,6 +352,57 @@ class Layer:
     window: int | None = None  # this layer's sliding window
     rope_theta: float | None = None  # this layer's rotary base, where it has its own
     rotary: bool = True  # this layer rotates q and k (SmolLM3's NoPE layers do not)
+    sinks: np.ndarray | None = None  # [H] learned sink logits σ_h (gpt-oss)
+    moe: Moe | None = None  # a mixture of experts in place of ``mlp``
+
+
+@dataclass
+class Moe:
+    """A router and its experts, float64, row-vector convention (y = x W + b)."""
+
+    router_w: np.ndarray  # [d, E]
+    router_b: np.ndarray  # [E]
+    top_k: int
+    kind: str  # "softmax_topk" | "topk_softmax" (gpt-oss)
+    renorm: bool  # the top-k softmax probabilities renormalised to sum to 1
+    experts: list  # per expert: (wg [d, F], bg [F], wu [d, F], bu [F], wd [F, d], bd [d])
+    act: str  # "silu", or "gpt_oss" (the clamped SwiGLU)
+    alpha: float = 1.702
+    limit: float = 7.0
+
+    def gates(self, h: np.ndarray) -> list[dict[int, float]]:
+        """Per token: {expert: gate} of its top-k experts."""
+        logits = h @ self.router_w + self.router_b  # [n, E]
+        out = []
+        for row in logits:
+            if self.kind == "topk_softmax":
+                top = np.argsort(-row, kind="stable")[: self.top_k]
+                w = np.exp(row[top] - row[top].max())
+                w = w / w.sum()
+            else:
+                p = np.exp(row - row.max())
+                p = p / p.sum()
+                top = np.argsort(-p, kind="stable")[: self.top_k]
+                w = p[top] / (p[top].sum() if self.renorm else 1.0)
+            out.append({int(e): float(g) for e, g in zip(top, w, strict=True)})
+        return out
+
+    def expert_act(self, g: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """The expert's elementwise f(g, u) before its down projection."""
+        if self.act == "gpt_oss":
+            g = np.minimum(g, self.limit)
+            u = np.clip(u, -self.limit, self.limit)
+            return (u + 1) * g / (1 + np.exp(-self.alpha * g))
+        return _act(self.act, g) * u
+
+    def __call__(self, h: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(h)
+        for i, chosen in enumerate(self.gates(h)):
+            for e, gate in chosen.items():
+                wg, bg, wu, bu, wd, bd = self.experts[e]
+                inner = self.expert_act(h[i] @ wg + bg, h[i] @ wu + bu)
+                out[i] += gate * (inner @ wd + bd)
+        return out
 
 
 class Reference:
@@ -413,7 +488,8 @@ class Reference:
         wk, bk = heads(wk, bk, KV)
         wv, bv = heads(wv, bv, KV)
         wo, bo = self._linear(block.get_submodule(lay["o"]))  # [H·dh, d]
-        mlp = [self._linear(block.get_submodule(p)) for p in lay["mlp_paths"]]
+        moe = self._moe(block) if "moe" in lay else None
+        mlp = [] if moe else [self._linear(block.get_submodule(p)) for p in lay["mlp_paths"]]
         if lay["mlp"] == "gated_fused":  # [gate | up] in one matrix, gate first
             (w, b), down = mlp
             half = w.shape[1] // 2
@@ -449,6 +525,46 @@ class Reference:
             and bool(
                 getattr(self.cfg, lay["nope"])[len(self._seen) - 1] if "nope" in lay else True
             ),
+            sinks=_np(block.get_submodule(lay["sinks"].rsplit(".", 1)[0]).sinks)
+            if "sinks" in lay
+            else None,
+            moe=moe,
+        )
+
+    def _moe(self, block) -> Moe | None:
+        """The block's router and experts; None for a dense layer (Qwen3-MoE's
+        mlp_only_layers keep Llama's MLP)."""
+        lay, cfg = self.lay, self.cfg
+        experts = self._module(block, "mlp.experts")
+        if experts is None:
+            return None
+        router = block.get_submodule(lay["router"])
+        bias = getattr(router, "bias", None)
+        router_b = _np(bias) if bias is not None else np.zeros(router.weight.shape[0])
+        gate_up, down = _np(experts.gate_up_proj), _np(experts.down_proj)
+        gpt_oss = lay["moe"] == "topk_softmax"
+        out = []
+        for e in range(gate_up.shape[0]):
+            if gpt_oss:  # [d, 2F], gate the even columns, up the odd; biases
+                w, b = gate_up[e], _np(experts.gate_up_proj_bias)[e]
+                wg, bg, wu, bu = w[:, ::2], b[::2], w[:, 1::2], b[1::2]
+                wd, bd = down[e], _np(experts.down_proj_bias)[e]  # [F, d]
+            else:  # [2F, d]: the gate's rows, then the up's; no biases
+                f = gate_up.shape[1] // 2
+                wg, wu = gate_up[e, :f].T, gate_up[e, f:].T
+                bg = bu = np.zeros(f)
+                wd, bd = down[e].T, np.zeros(down.shape[1])  # down [d, F] → [F, d]
+            out.append((wg, bg, wu, bu, wd, bd))
+        return Moe(
+            router_w=_np(router.weight).T,
+            router_b=router_b,
+            top_k=int(cfg.num_experts_per_tok),
+            kind=lay["moe"],
+            renorm=bool(lay.get("renorm") or getattr(cfg, "norm_topk_prob", False)),
+            experts=out,
+            act="gpt_oss" if gpt_oss else getattr(cfg, lay["act"]),
+            alpha=float(getattr(cfg, "swiglu_alpha", 1.702) or 1.702),
+            limit=float(getattr(cfg, "swiglu_limit", 7.0) or 7.0),
         )
 
     # ---------------------------------------------------------------- forward pieces
@@ -533,11 +649,19 @@ class Reference:
             if L.window is not None:
                 allowed &= np.abs(i - j) <= L.window
         scores = np.where(allowed[None], scores, -np.inf)
+        if L.sinks is not None:  # a learned sink: one more logit per row, with no value
+            sink = np.broadcast_to(L.sinks[:, None, None], (self.H, n, 1))
+            both = np.concatenate([scores, sink], axis=-1)
+            both = both - both.max(axis=-1, keepdims=True)
+            e = np.exp(both)
+            return (e / e.sum(axis=-1, keepdims=True))[..., :n]  # rows sum to 1 − π
         scores = scores - scores.max(axis=-1, keepdims=True)
         e = np.exp(scores)  # exactly 0 where masked
         return e / e.sum(axis=-1, keepdims=True)
 
     def mlp(self, L: Layer, h: np.ndarray) -> np.ndarray:
+        if L.moe is not None:
+            return L.moe(h)
         if L.mlp_kind == "gated":
             (wg, bg), (wu, bu), (wd, bd) = L.mlp
             return (_act(L.act, h @ wg + bg) * (h @ wu + bu)) @ wd + bd
@@ -664,7 +788,9 @@ def reference(
             x_next = z + mult * (L.ff_post(ff_out) if L.ff_post is not None else ff_out)
         else:  # post-LN (OPT-350m): LN1 after attention, LN2 after the MLP
             x_next = L.ln2(y + ref.mlp(L, y))
-        attn_w = 1.0 - np.array([alpha[:, i, i].mean() for i in range(n)])
+        # ATTN-W: the weight on other tokens; a learned sink's mass π = 1 − Σ_j α_ij is none's
+        sink_mass = 1.0 - alpha.sum(axis=-1)  # [H, n]: 0 without learned sinks
+        attn_w = np.array([alpha[:, i, :].sum(-1).mean() - alpha[:, i, i].mean() for i in range(n)])
         measures = {
             "attn_w": attn_w,
             "attn_n": _ratio(a),
@@ -673,7 +799,10 @@ def reference(
             "attnresln_n": _ratio(F),
             **_sink(alpha, a),
         }
-        measures.update(_ff(ref, li, L, x, F, r, s, norm, bias))
+        if L.sinks is not None:
+            measures["lsink_w"] = sink_mass.mean(axis=0)
+        if L.moe is None:
+            measures.update(_ff(ref, li, L, x, F, r, s, norm, bias))
         if not ref.pre_ln:  # post-LN (OPT-350m): GlobEnc carries F through LN2
             s2 = L.ln2.scale(y + ref.mlp(L, y))  # [n, 1] the real LN2 input's
             measures["globenc_n"] = _ratio(L.ln2.gamma * L.ln2.centre(F) / s2[:, :, None])

@@ -216,5 +216,5 @@ def test_all_reports_the_groups_it_skipped(tiny):
     assert len(rec) == 1
     meta = table.schema.metadata
     skipped = json.loads(meta[b"mixscope.skipped"])
-    assert list(skipped) == ["globenc"] and skipped["globenc"]
+    assert list(skipped) == ["globenc", "learned_sink"] and skipped["globenc"]
     assert "ffresln_n" in table.column_names and "globenc_n" not in table.column_names

@@ -409,13 +409,11 @@ def test_spec_attention_option_is_validated():
         load_spec(None, {**base, "runtime.batch_tokens": 0})
 
 
-@pytest.mark.parametrize(
-    "argument", ["s_aux", "position_bias", "head_mask", "encoder_hidden_states"]
-)
+@pytest.mark.parametrize("argument", ["position_bias", "head_mask", "encoder_hidden_states"])
 def test_an_attention_argument_it_does_not_implement_is_refused(argument):
-    """gpt-oss's learned sinks (``s_aux``), position biases, cross-attention and the like
-    change the attention: the fast path refuses them in one line instead of silently
-    dropping them."""
+    """Position biases, cross-attention and the like change the attention: the fast path
+    refuses them in one line instead of silently dropping them (gpt-oss's learned sinks,
+    ``s_aux``, it implements)."""
     from mixscope.errors import MixscopeError
     from mixscope.mixing.fast_attention import mixscope_attention_forward
 

@@ -46,7 +46,15 @@ DECODER_FAMILIES = (
     "granite",  # residual, embedding and attention multipliers
     "embeddinggemma",  # Gemma-3's block attending both ways (use_bidirectional_attention)
     "llama3-rope",  # Llama with Llama-3's scaled rotary frequencies (every regime)
+    # mixtures of experts (4 experts, top-2): their attention half is Llama's
+    "qwen3-moe",  # q/k norms; the first layer dense (mlp_only_layers)
+    "olmoe",  # q/k norms over the whole projections
+    "mixtral",  # sliding window of 6
+    "gpt-oss",  # learned attention sinks, biases, a sliding and a full layer
 )
+
+#: the mixtures of experts among the decoders
+MOE = ("qwen3-moe", "olmoe", "mixtral", "gpt-oss")
 
 
 def minilm_dir() -> Path:
@@ -113,6 +121,8 @@ def _decoder_config(family: str):
     )
     if family in NEWER:
         return _newer_config(family, ids, llama_like)
+    if family in MOE:
+        return _moe_config(family, llama_like)
     if family.startswith("llama"):
         kv = {"llama": 4, "llama-gqa2": 2, "llama-mqa": 1}[family]
         return LlamaConfig(
@@ -224,6 +234,28 @@ def _newer_config(family: str, ids: dict, llama_like: dict):
     raise ValueError(family)
 
 
+def _moe_config(family: str, llama_like: dict):
+    from transformers import GptOssConfig, MixtralConfig, OlmoeConfig, Qwen3MoeConfig
+
+    experts = dict(num_experts_per_tok=2, num_key_value_heads=2)
+    if family == "qwen3-moe":
+        return Qwen3MoeConfig(
+            **llama_like, **experts, head_dim=8, num_experts=4, moe_intermediate_size=16,
+            mlp_only_layers=[0], decoder_sparse_step=1, norm_topk_prob=True,
+        )  # fmt: skip
+    if family == "olmoe":
+        return OlmoeConfig(**llama_like, **experts, num_experts=4, norm_topk_prob=False)
+    if family == "mixtral":
+        return MixtralConfig(**llama_like, **experts, num_local_experts=4, sliding_window=6)
+    if family == "gpt-oss":
+        return GptOssConfig(
+            **llama_like, **experts, head_dim=8, num_local_experts=4, sliding_window=5,
+            layer_types=["sliding_attention", "full_attention"], attention_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+        )  # fmt: skip
+    raise ValueError(family)
+
+
 def _config(family: str):
     from transformers import (
         BertConfig,
@@ -321,7 +353,12 @@ def build(family: str, dtype: torch.dtype = torch.float64, seed: int = 0, attn: 
                     p.copy_(0.2 * torch.randn(p.shape, generator=gen))
             elif name.endswith("bias"):
                 p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("sinks"):  # learned sinks that take a visible share
+                p.copy_(1.0 + torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.25 * torch.randn(p.shape, generator=gen))
     model = model.to(dtype).eval()
+    experts = any(type(m).__name__.endswith("Experts") for m in model.modules())
+    if dtype == torch.float64 and experts:
+        model.set_experts_implementation("eager")  # the grouped kernel refuses float64
     return model, tokenizer()

@@ -198,8 +198,9 @@ def analyze(
     )
     engine = MixingEngine(loaded, verify=verify, attention=attention, measures=names)
     skipped = dict(engine.selection.skipped)
-    if skipped:
-        why = "; ".join(f"{name} ({reason})" for name, reason in skipped.items())
+    noteworthy = engine.selection.noteworthy_skips
+    if noteworthy:
+        why = "; ".join(f"{name} ({reason})" for name, reason in noteworthy.items())
         warnings.warn(f"measures='all' skipped groups that do not apply: {why}", stacklevel=2)
     results = run_batches(
         engine, seqs, batch_size, batch_tokens=batch_tokens, padding_side=padding_side

@@ -114,6 +114,9 @@ class BlockTensors:
     alpha: torch.Tensor | None = None  # [batch, heads, seq, seq]  rows = queries
     # α^h_i0: each token's weight on the sequence's first real position (BatchInfo.first)
     alpha_first: torch.Tensor | None = None  # [batch, heads, seq]
+    # π^h_i, the learned sinks' mass where the family has them (gpt-oss): rows of α sum to
+    # 1 − π; None elsewhere
+    sink_mass: torch.Tensor | None = None  # [batch, heads, seq]
     # the real input and output of the norm after the feed-forward's residual sum, where a
     # selected group's exactness check reads them
     ff_norm_in: torch.Tensor | None = None  # [batch, seq, hidden]

@@ -122,8 +122,11 @@ class Capture:
             )
         if isinstance(weights, FastWeights):  # α_ii, α_i0 [batch, heads, seq]
             store["alpha_self"], store["alpha_first"] = weights.own, weights.first
+            store["sink_mass"] = weights.sink  # π [batch, heads, seq]; None without sinks
         else:  # eager: α [batch, heads, seq, seq]
             store["alpha_self"] = torch.diagonal(weights, dim1=-2, dim2=-1)
+            if self.points.adapter.learned_sinks:  # the sink's column was dropped: 1 − Σ_j α
+                store["sink_mass"] = 1.0 - weights.to(self.stat_dtype).sum(dim=-1)
             if self.first:
                 store["alpha_first"] = _first_column(weights, batch.first)
             if self.full_alpha:
@@ -145,6 +148,7 @@ class Capture:
             y=store["y"],
             extra=store.get("extra"),
             alpha_first=store.get("alpha_first"),
+            sink_mass=store.get("sink_mass"),
             ff_norm_in=store.get("ff_norm_in"),
             ff_norm_out=store.get("ff_norm_out"),
             ff_pre=(

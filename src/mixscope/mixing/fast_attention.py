@@ -61,6 +61,8 @@ class FastWeights:
 
     own: torch.Tensor  # α_ii [batch, heads, seq]
     first: torch.Tensor | None  # α_i0 [batch, heads, seq]; None where no group reads it
+    #: π^h_i, the learned sinks' mass (gpt-oss), [batch, heads, seq]; None without sinks
+    sink: torch.Tensor | None = None
 
 
 # the first real position of each sequence of the batch being run ([batch] long), set by
@@ -178,8 +180,9 @@ def mixscope_attention_forward(
     if dropout:
         raise MixscopeError("fast attention runs inference only: attention dropout must be 0")
     softcap = kwargs.pop("softcap", None)  # Gemma-2's score cap: the chunked exact path
+    sinks = kwargs.pop("s_aux", None)  # gpt-oss's learned sink logits σ_h [heads]
     unknown = sorted(k for k, v in kwargs.items() if k not in READ_ELSEWHERE and v is not None)
-    if unknown:  # soft-capping, learned sinks (s_aux), position biases, cross-attention, …
+    if unknown:  # position biases, cross-attention, …
         raise MixscopeError(
             f"fast attention does not implement the attention argument {unknown[0]!r} of "
             f"{type(module).__name__}: use attention='eager' for this model"
@@ -197,13 +200,34 @@ def mixscope_attention_forward(
         out, lse = capped_attention_with_lse(
             query, key, value, attention_mask, scale, causal, float(softcap)
         )
+    sink = None
+    if sinks is not None:
+        out, lse, sink = with_learned_sinks(out, lse, sinks)
     cap = None if softcap is None else float(softcap)
     alpha_self = self_weights(query, key, attention_mask, lse, scale, cap)  # [b, heads, seq]
     first = _first[0]
     alpha_first = None
     if first is not None:
         alpha_first = first_weights(query, key, attention_mask, lse, scale, first, cap)
-    return out.transpose(1, 2).contiguous(), FastWeights(alpha_self, alpha_first)
+    return out.transpose(1, 2).contiguous(), FastWeights(alpha_self, alpha_first, sink)
+
+
+def with_learned_sinks(
+    out: torch.Tensor,  # [batch, heads, seq, head_dim] the kernel's output (no sink)
+    lse: torch.Tensor,  # [batch, heads, seq] the kernel's log-sum-exp over the keys
+    sinks: torch.Tensor,  # [heads] σ_h, each head's sink logit (no value vector)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A learned sink joins the softmax without a value (docs/method.md §6): LSE' =
+    logaddexp(LSE, σ_h); the output is rescaled by exp(LSE − LSE') (the keys' share of
+    the mass); π = exp(σ_h − LSE') is the sink's mass. Returns (output, LSE', π); the
+    weights α_ij = exp(s_ij + m_ij − LSE') then sum to 1 − π. Rows with no key (padding)
+    are not read."""
+    work = torch.float64 if lse.dtype == torch.float64 else torch.float32
+    sigma = sinks.to(device=lse.device, dtype=work).view(1, -1, 1)  # [1, heads, 1]
+    total = torch.logaddexp(lse.to(work), sigma)  # [batch, heads, seq]  LSE'
+    keys = torch.exp(lse.to(work) - total)  # the keys' share of the mass, 1 − π
+    out = (out.to(work) * keys.unsqueeze(-1)).to(out.dtype)
+    return out, total, torch.exp(sigma - total)
 
 
 def register() -> None:

@@ -83,6 +83,9 @@ class Adapter:
     # a config attribute scaling each branch's output before the residual add (Granite's
     # ``residual_multiplier``): a linear step of the chain
     branch_multiplier_attr: str | None = None
+    # the attention has a learned sink per head (gpt-oss ``sinks``, passed as ``s_aux``): a
+    # logit with no value vector, so a row of α sums to 1 − π, π the sink's mass
+    learned_sinks: bool = False
     # Configuration-dependent variants: (config attribute, value, overrides); the first whose
     # attribute equals the value is applied by :func:`adapter_for_config`.
     variants: tuple[tuple[str, Any, tuple[tuple[str, Any], ...]], ...] = ()

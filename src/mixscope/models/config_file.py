@@ -46,6 +46,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "granite": {"max_position_embeddings": 2048},
     "modernbert": {"max_position_embeddings": 8192},
     "opt": {"max_position_embeddings": 2048, "do_layer_norm_before": True},
+    "qwen3_moe": {"max_position_embeddings": 32768},
+    "olmoe": {"max_position_embeddings": 4096},
+    "mixtral": {"max_position_embeddings": 131072},
+    "gpt_oss": {"max_position_embeddings": 131072},
 }
 
 #: model_type → {attribute: the key config.json stores it under} (transformers'

@@ -109,6 +109,18 @@ def _base_model(model: Any, adapter: Adapter) -> Any:
     )
 
 
+def experts_for_dtype(model: Any) -> None:
+    """A float64 model runs its experts eagerly: transformers' default grouped kernel for
+    mixtures of experts refuses float64 (which ``verify`` and the checks use); any other
+    dtype keeps the model's own choice."""
+    if next(model.parameters()).dtype != torch.float64:
+        return
+    if getattr(model.config, "_experts_implementation", None) in (None, "eager"):
+        return
+    if any(type(m).__name__.endswith("Experts") for m in model.modules()):
+        model.set_experts_implementation("eager")
+
+
 @contextlib.contextmanager
 def progress_bars(enabled: bool) -> Iterator[None]:
     """transformers' progress bars on or off inside, as they were outside."""
@@ -155,6 +167,7 @@ def load(
         if torch_dtype is not None:
             base.to(torch_dtype)
         base.to(dev)
+        experts_for_dtype(base)
         return LoadedModel(base, tokenizer, adapter, name)
 
     if not isinstance(model, str | os.PathLike):
@@ -180,4 +193,5 @@ def load(
     base = _base_model(hf_model, adapter)
     base.to(dev)
     base.eval()
+    experts_for_dtype(base)
     return LoadedModel(base, tokenizer, adapter, spec)

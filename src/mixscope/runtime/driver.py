@@ -87,7 +87,8 @@ class RunSummary:
     tokens: int
     seconds: float
     errors: dict[int, str] = field(default_factory=dict)
-    #: groups ``measures: all`` left out as not applying to the model, and why
+    #: groups ``measures: all`` left out as not applying to the model, and why (those a
+    #: user is told of: Selection.noteworthy_skips)
     skipped_groups: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -274,5 +275,5 @@ def _run_locked(
         tokens=tokens_now,
         seconds=seconds,
         errors={k: first_line(v) for k, v in errors.items()},
-        skipped_groups=dict(prep.selection.skipped),
+        skipped_groups=prep.selection.noteworthy_skips,
     )

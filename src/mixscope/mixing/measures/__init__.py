@@ -23,7 +23,7 @@ from mixscope.choices import (
     parse_measure_groups,
 )
 from mixscope.errors import SpecError
-from mixscope.mixing.measures import ff, globenc, paper, sink
+from mixscope.mixing.measures import ff, globenc, learned_sink, paper, sink
 from mixscope.mixing.measures.base import Column, MeasureGroup
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 #: every group, in registry order (append new groups at the end: stored codes follow it)
 GROUPS: dict[str, MeasureGroup] = {
-    g.name: g for g in (paper.GROUP, globenc.GROUP, sink.GROUP, ff.GROUP)
+    g.name: g for g in (paper.GROUP, globenc.GROUP, sink.GROUP, ff.GROUP, learned_sink.GROUP)
 }
 if tuple(GROUPS) != MEASURE_GROUPS:  # pragma: no cover - caught by any test run
     raise ImportError(f"choices.MEASURE_GROUPS {MEASURE_GROUPS} != the registry {tuple(GROUPS)}")
@@ -78,6 +78,12 @@ class Selection:
 
     groups: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def noteworthy_skips(self) -> dict[str, str]:
+        """The skipped groups a user is told of: not those that measure a feature only some
+        families have (``learned_sink`` on a model without learned sinks)."""
+        return {n: r for n, r in self.skipped if not GROUPS[n].feature_of_some_families}
 
     @property
     def measures(self) -> MeasureSet:

@@ -82,6 +82,10 @@ class MeasureGroup:
     #: the group reads α^h_i0, the weights on the first real position (the fast kernel
     #: computes them only for a batch whose groups read them)
     first_position: bool = False
+    #: the group measures something only some families have (learned sinks): ``all``
+    #: skipping it on another family is expected, so it is recorded (run.json, the table's
+    #: metadata) but not announced
+    feature_of_some_families: bool = False
 
     def unsupported(self, adapter: Adapter) -> str | None:  # noqa: ARG002 - the contract
         """Why the group does not apply to this architecture; None when it does."""

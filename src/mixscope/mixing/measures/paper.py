@@ -3,9 +3,10 @@
 Per token i of one attention block, with the per-source vectors of the block's sum
 ``z_i = Σ_j Σ_h α^h_ij f^h(x_j) + b_O + x_i``:
 
-- ``attn_w`` = 1 − ᾱ_ii (ATTN-W; ᾱ the head mean of the attention weights),
+- ``attn_w`` = Σ_{j≠i} ᾱ_ij (ATTN-W; ᾱ the head mean of the attention weights): 1 − ᾱ_ii,
+  and 1 − ᾱ_ii − π̄_i with learned sinks (gpt-oss: the sink's mass π is no token's),
 - ``attn_n`` = ratio(a) (ATTN-N, Kobayashi et al. 2020), ``a_ij = Σ_h α^h_ij f^h(x_j)``,
-- ``attnres_w`` = (1 − ᾱ_ii) / 2 (ATTNRES-W, Abnar & Zuidema 2020): derived, not stored,
+- ``attnres_w`` = ``attn_w`` / 2 (ATTNRES-W, Abnar & Zuidema 2020): derived, not stored,
 - ``attnres_n`` = ratio(r), ``r_ij = a_ij + δ_ij x_i`` (ATTNRES-N),
 - ``attnresln_n`` = ratio(F_i), ``F_i(x_j) = γ ⊙ centre(r_ij) / s(z_i)`` (ATTNRESLN-N, the
   paper's proposal),
@@ -47,8 +48,11 @@ class Paper(MeasureGroup):
     def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
         import torch
 
-        alpha_self = block.t.alpha_self.to(block.t.values.dtype)  # [batch, heads, seq]
+        t = block.t
+        alpha_self = t.alpha_self.to(t.values.dtype)  # [batch, heads, seq]
         attn_w = 1.0 - alpha_self.mean(dim=1)  # [batch, seq]
+        if t.sink_mass is not None:  # a learned sink's weight is on no token
+            attn_w = attn_w - t.sink_mass.to(attn_w.dtype).mean(dim=1)
         attn_n, attnres_n, attnresln_n = block.attention_ratios()
         out = torch.stack([attn_w, attn_n, attn_w / 2, attnres_n, attnresln_n])
         # a token with nothing to mix in (a causal sequence's first): exactly 0, not the

@@ -53,9 +53,13 @@ class Sink(MeasureGroup):
         n_first = norm(a_first)
         rest = torch.sub(t.attn_out, p.b_out).sub_(a_first)  # Σ_{j≠0} a_ij  [b, seq, hidden]
         weight = t.alpha_first.to(a_first.dtype).mean(dim=1)  # ᾱ_i0   [batch, seq]
-        out = torch.stack([weight, norm_ratio(n_first, norm(rest))])  # [measure, batch, seq]
-        # a token with nothing else to attend to draws everything from position 0 (itself)
-        return out.masked_fill(batch.no_context.unsqueeze(0), 1.0)
+        ratio = norm_ratio(n_first, norm(rest))
+        # a token with nothing else to attend to draws everything from position 0 (itself):
+        # its weight exactly 1, less a learned sink's mass where the family has one
+        own = 1.0 if t.sink_mass is None else 1.0 - t.sink_mass.to(weight.dtype).mean(dim=1)
+        weight = torch.where(batch.no_context, own, weight)
+        ratio = ratio.masked_fill(batch.no_context, 1.0)
+        return torch.stack([weight, ratio])  # [measure, batch, seq]
 
     def check(self, exact: BlockChain, batch: BatchInfo) -> list[Residual]:
         import torch

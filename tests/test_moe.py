@@ -1,0 +1,102 @@
+"""Mixtures of experts and learned attention sinks (docs/method.md §6).
+
+Every group against the float64 brute force on the MoE families runs in
+tests/test_measure_groups.py and tests/test_decoders.py (tiny_models.MOE); here: the fast
+path's learned sinks against a float64 softmax with the sink's logit, their negative
+control, and the float64 switch of the experts' kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import mixscope
+from mixscope.mixing import fast_attention as FA
+
+TEXTS = ["The cat sat on the mat.", "A longer sentence, to pad the other one a little."]
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_learned_sinks_on_the_fast_path_match_a_float64_softmax(padded):
+    """LSE' = logaddexp(LSE, σ_h), the output rescaled, α_ii and π = exp(σ_h − LSE')
+    against softmax([scores, σ_h]) with the sink's column dropped; grouped heads."""
+    torch.manual_seed(0)
+    b, h, kv, n, d = 2, 4, 2, 9, 8
+    q = torch.randn(b, h, n, d, dtype=torch.float64) * 2
+    k, v = (torch.randn(b, kv, n, d, dtype=torch.float64) for _ in range(2))
+    sinks = torch.randn(h, dtype=torch.float64) + 1.0
+    keep = torch.ones(b, 1, n, n, dtype=torch.bool).tril()
+    if padded:
+        keep[1, :, :, :3] = False  # left padding: rows 0-2 of sequence 1 see no key
+    module = torch.nn.Module()
+    out, weights = FA.mixscope_attention_forward(
+        module, q, k, v, keep, scaling=d**-0.5, is_causal=False, s_aux=sinks
+    )
+    kk, vv = (t.repeat_interleave(h // kv, 1) for t in (k, v))
+    s = (q @ kk.transpose(-1, -2) * d**-0.5).masked_fill(~keep, float("-inf"))
+    both = torch.cat([s, sinks.view(1, h, 1, 1).expand(b, h, n, 1)], dim=-1)
+    probs = torch.softmax(both, dim=-1)
+    alpha, pi = probs[..., :n], probs[..., n]  # [b, h, n, n], [b, h, n]
+    rows = keep.expand(b, h, n, n).any(-1)  # query rows with a key
+    assert (out.transpose(1, 2) - alpha @ vv)[rows].abs().max() <= 1e-12
+    assert (weights.own - torch.diagonal(alpha, dim1=-2, dim2=-1))[rows].abs().max() <= 1e-12
+    assert (weights.sink - pi)[rows].abs().max() <= 1e-12
+    assert pi[rows].mean() > 0.1  # the sinks take a visible share: the test can fail
+
+
+def test_dropping_the_sink_moves_the_measures_far_from_eager(tiny, monkeypatch):
+    """Negative control: the fast path with the sink's mass dropped from the softmax (the
+    output and α from the keys' log-sum-exp alone, as a kernel ignoring ``s_aux`` gives
+    them) is far from eager's measures; with it, the same."""
+    model, tok = tiny("gpt-oss", torch.float64)
+    kw = dict(measures="all", dtype="float64")
+    eager = mixscope.analyze((model, tok), TEXTS, attention="eager", **kw)
+    fast = mixscope.analyze((model, tok), TEXTS, attention="fast", **kw)
+    cols = [c for c in eager.column_names if c.endswith(("_n", "_w"))]
+    assert "lsink_w" in cols
+    same = max(np.abs(fast[c].to_numpy() - eager[c].to_numpy()).max() for c in cols)
+    assert same <= 1e-9
+    real = FA.with_learned_sinks
+
+    def dropped(out, lse, sinks):
+        return out, lse, real(out, lse, sinks)[2]  # π reported, the softmax without it
+
+    monkeypatch.setattr(FA, "with_learned_sinks", dropped)
+    wrong = mixscope.analyze((model, tok), TEXTS, attention="fast", **kw)
+    diff = max(np.abs(wrong[c].to_numpy() - eager[c].to_numpy()).max() for c in cols)
+    assert diff > 1e-2
+
+
+def test_the_learned_sink_s_mass_is_what_the_weights_miss(tiny):
+    """lsink_w = mean over heads of 1 − Σ_j α_ij, in (0, 1); the paper's weight measure
+    counts tokens only: for the first token (nothing else to attend to) it is 0 and
+    sink_w = 1 − lsink_w."""
+    model, tok = tiny("gpt-oss", torch.float64)
+    table = mixscope.analyze((model, tok), TEXTS[:1], measures="all", attention="eager")
+    lsink = table["lsink_w"].to_numpy()
+    assert (lsink > 0).all() and (lsink < 1).all()
+    first = table["position"].to_numpy() == 0
+    assert np.allclose(table["attn_w"].to_numpy()[first], 0.0)
+    assert np.allclose(table["sink_w"].to_numpy()[first], 1 - lsink[first])
+
+
+def test_a_float64_run_switches_the_experts_to_their_eager_kernel(tiny):
+    """transformers' grouped experts kernel refuses float64: a float32 MoE model analysed
+    in float64 (verify on) runs, its experts switched to eager for it."""
+    from transformers import AutoModel
+
+    from tiny_models import _config
+
+    torch.manual_seed(0)
+    model = AutoModel.from_config(_config("qwen3-moe"), attn_implementation="eager").eval()
+    _, tok = tiny("qwen3-moe", torch.float32)
+    assert model.config._experts_implementation not in (None, "eager")
+    with pytest.raises(RuntimeError):  # the kernel itself, as the engine would meet it
+        model.to(torch.float64)(torch.tensor([[1, 2, 3]]))
+    table = mixscope.analyze((model, tok), TEXTS, dtype="float64", verify=True)
+    assert table.num_rows > 0 and model.config._experts_implementation == "eager"
+    assert math.isfinite(float(table["attnresln_n"].to_numpy().mean()))
