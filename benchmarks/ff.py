@@ -6,8 +6,9 @@ Measured side by side in one run, on the same model, batch and machine:
    ``MixingEngine.run`` on the fast attention path with the paper's group alone and with
    ``paper + ff`` (no padding). Printed: paper + ff over the SDPA forward (goal ≤ 2.1×: a
    layer's FF is about two thirds of its matrix products and the group adds about 1.5 FF
-   passes, so ≈ 1.7–2× is the floor), the paper alone over SDPA, and what ff adds to the
-   paper's (paired ratios of interleaved repetitions, benchmarks/timing.py).
+   passes, so ≈ 1.7–2× is the floor; a mixture of experts ≤ 2.5×: its split recomputes the
+   routed experts' pre-activations), the paper alone over SDPA (≤ 1.10×), and what ff adds
+   to the paper's (paired ratios of interleaved repetitions, benchmarks/timing.py).
 2. **Memory.** Peak memory of one sequence of n tokens (512 → 8k) on the small Llama-family
    config of benchmarks/attention.py: the SDPA forward, the paper's fast analysis and paper
    + ff (peak RSS increase of a fresh process each on CPU, ``max_memory_allocated`` on
@@ -46,7 +47,7 @@ from attention import (
     memory_shape,
     mib,
 )
-from common import REPO, source_state
+from common import REPO, shaped, source_state
 from timing import interleaved, paired_ratio, synchronizer
 
 #: this benchmark's README section (``--save``; benchmarks/readme.py splices it in)
@@ -54,6 +55,8 @@ RESULTS = REPO / "benchmarks" / "results" / "ff.md"
 #: the GPU run's (``--device cuda``): its own README section
 GPU_RESULTS = REPO / "benchmarks" / "results" / "ff-gpu.md"
 GOAL = 2.1
+#: a mixture of experts' goal (its table row): the split recomputes the routed experts
+MOE_GOAL = 2.5
 WITH_FF = "paper,ff"
 
 
@@ -98,10 +101,11 @@ def report(times: list[dict], memory: list[dict], args: argparse.Namespace) -> s
         "| paper + ff / paper |")  # fmt: skip
     say("|---|---|---|---|---|---|")
     for t in times:
-        ok = "met" if t["ff_over_sdpa"] <= GOAL else "NOT met"
+        goal = MOE_GOAL if t["model"].startswith("MoE") else GOAL
+        ok = "met" if t["ff_over_sdpa"] <= goal else "NOT met"
         say(
             f"| {t['model']} | {t['n']:,} × {t['batch']} | {t['sdpa_s'] * 1e3:,.1f} ms "
-            f"| **{t['ff_over_sdpa']:.2f}×** (≤ {GOAL}, {ok}) | {t['paper_over_sdpa']:.2f}× "
+            f"| **{t['ff_over_sdpa']:.2f}×** (≤ {goal}, {ok}) | {t['paper_over_sdpa']:.2f}× "
             f"| {t['ff_over_paper']:.2f}× |"
         )
     if memory:
@@ -161,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     cases = [
         (label, mini, 4 if args.quick else (64 if args.gpu else 32), 128),
         (LABELS[f"llama-{shape}"], llama(shape, device, dtype, n_llama), 1, n_llama),
+        (LABELS["moe-small"], shaped("moe-small", device, dtype, n_llama), 1, n_llama),
     ]
     times = []
     for name, loaded, batch, n in cases:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from reference_ff import ff_measures
+from reference_ff import ff_measures, moe_measures
 
 MEASURES = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
@@ -801,8 +801,7 @@ def reference(
         }
         if L.sinks is not None:
             measures["lsink_w"] = sink_mass.mean(axis=0)
-        if L.moe is None:
-            measures.update(_ff(ref, li, L, x, F, r, s, norm, bias))
+        measures.update(_ff(ref, li, L, x, F, r, s, norm, bias))
         if not ref.pre_ln:  # post-LN (OPT-350m): GlobEnc carries F through LN2
             s2 = L.ln2.scale(y + ref.mlp(L, y))  # [n, 1] the real LN2 input's
             measures["globenc_n"] = _ratio(L.ln2.gamma * L.ln2.centre(F) / s2[:, :, None])
@@ -838,6 +837,12 @@ def _ff(ref: Reference, li: int, L: Layer, x, F, r, s, norm, bias) -> dict[str, 
             res_parts, res_bias, following = F, y_bias, L.ln2
     gamma = None if following is None else following.gamma  # None: no norm (OLMo-2)
     centred = following is not None and following.kind != "rms"
+    if L.moe is not None:
+        out = moe_measures(
+            y_parts, y_bias, res_parts, res_bias, L.moe, gamma, centred,
+            branch=L.ff_post, multiplier=ref.branch_multiplier,
+        )  # fmt: skip
+        return {k: v for k, v in out.items() if not k.startswith("_")}
     out = ff_measures(
         y_parts,
         y_bias,

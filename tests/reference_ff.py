@@ -108,6 +108,16 @@ def ff_measures(
     ff = inner @ w_out  # FF_ij [n, n, d]
     ff_bias = inner_bias @ w_out + b_out  # [n, d]
     ff_real = real @ w_out + b_out
+    return _through_residual_and_norm(
+        ff, ff_bias, ff_real, res_parts, res_bias, norm_gamma, norm_centre, branch, multiplier
+    )
+
+
+def _through_residual_and_norm(
+    ff, ff_bias, ff_real, res_parts, res_bias, norm_gamma, norm_centre, branch, multiplier
+) -> dict[str, np.ndarray]:
+    """The FF's parts (``ff`` [n, n, d], ``ff_bias`` [n, d]; ``ff_real`` the FF output they
+    must rebuild) through the branch norm, the residual and the norm after it: the ratios."""
     scale = max(1.0, float(np.abs(ff_real).max()))
     assert np.abs(ff.sum(axis=1) + ff_bias - ff_real).max() <= 1e-9 * scale, "not converged"
     ff_n = _ratio(ff)  # on the raw FF parts (docs/method.md §6), before any branch norm
@@ -128,3 +138,84 @@ def ff_measures(
         "_ff_out": ff_real,  # FF(y), for the caller's own consistency checks
         "_stream": P.sum(axis=1) + ff_bias + res_bias,  # the norm's input, rebuilt
     }
+
+
+# ---------------------------------------------------------------- mixtures of experts
+
+
+def _path_integrals(dfdg, dfdu, g: float, u: float, kinks: list[float]) -> tuple[float, float]:
+    """A = ∫₀¹ ∂f/∂g(tg, tu) dt, B = ∫₀¹ ∂f/∂u(tg, tu) dt by adaptive quadrature, split at
+    the kinks of the path (where a clamp starts to bite)."""
+    from scipy.integrate import quad
+
+    points = [k for k in kinks if 0.0 < k < 1.0] or None
+    opts = dict(points=points, epsabs=1e-14, epsrel=1e-13, limit=200)
+    a = quad(lambda t: dfdg(t * g, t * u), 0.0, 1.0, **opts)[0]
+    b = quad(lambda t: dfdu(t * g, t * u), 0.0, 1.0, **opts)[0]
+    return a, b
+
+
+def expert_partials(kind: str, alpha: float = 1.702, limit: float = 7.0):
+    """(f, ∂f/∂g, ∂f/∂u, kinks(g, u)) of an expert's gated non-linearity f(g, u), written
+    from its definition: SwiGLU φ(g) · u (φ = SiLU), or gpt-oss's clamped form
+    (clamp(u, −L, L) + 1) · g′ σ(α g′), g′ = min(g, L)."""
+    sig = lambda x: 1.0 / (1.0 + np.exp(-x))  # noqa: E731
+    if kind == "silu":
+        silu = lambda g: g * sig(g)  # noqa: E731
+        dsilu = lambda g: sig(g) * (1 + g * (1 - sig(g)))  # noqa: E731
+        return (
+            lambda g, u: silu(g) * u,
+            lambda g, u: dsilu(g) * u,
+            lambda g, u: silu(g),
+            lambda g, u: [],
+        )
+    psi = lambda g: g * sig(alpha * g)  # noqa: E731
+    dpsi = lambda g: sig(alpha * g) * (1 + alpha * g * (1 - sig(alpha * g)))  # noqa: E731
+    clamp = lambda u: min(max(u, -limit), limit)  # noqa: E731
+    return (
+        lambda g, u: (clamp(u) + 1) * psi(min(g, limit)),
+        lambda g, u: (clamp(u) + 1) * dpsi(g) if g < limit else 0.0,
+        lambda g, u: psi(min(g, limit)) if abs(u) < limit else 0.0,
+        lambda g, u: [limit / g if g > limit else 2.0, limit / abs(u) if abs(u) > limit else 2.0],
+    )
+
+
+def moe_measures(
+    y_parts: np.ndarray,
+    y_bias: np.ndarray,
+    res_parts: np.ndarray,
+    res_bias: np.ndarray,
+    moe,
+    norm_gamma: np.ndarray | None,
+    norm_centre: bool,
+    *,
+    branch=None,
+    multiplier: float = 1.0,
+) -> dict[str, np.ndarray]:
+    """The ``ff`` group of a mixture of experts (docs/method.md §6): each token's router
+    gates for its top-k experts held constant, each expert's part by integrated gradients
+    of its own f(g, u) from its real pre-activations, ``FF_ij = Σ_e w_ie W_down^e (g_j A +
+    u_j B)``, expert biases in the bias part. ``moe``: tests/reference_decoder.py's
+    ``Moe`` (router, experts, act)."""
+    n, _, d = y_parts.shape
+    f, dfdg, dfdu, kinks = expert_partials(
+        "silu" if moe.act == "silu" else "gpt_oss", moe.alpha, moe.limit
+    )
+    y_total = y_parts.sum(axis=1) + y_bias  # [n, d]
+    ff = np.zeros((n, n, d))
+    ff_bias = np.zeros((n, d))
+    ff_real = np.zeros((n, d))
+    for i, chosen in enumerate(moe.gates(y_total)):
+        for e, gate in chosen.items():
+            wg, bg, wu, bu, wd, bd = moe.experts[e]
+            g, u = y_total[i] @ wg + bg, y_total[i] @ wu + bu  # [F] the real pre-activations
+            pairs = list(zip(g, u, strict=True))
+            ab = [_path_integrals(dfdg, dfdu, gk, uk, kinks(gk, uk)) for gk, uk in pairs]
+            a, b = np.array(ab).T  # [F] each
+            ff[i] += gate * ((y_parts[i] @ wg) * a + (y_parts[i] @ wu) * b) @ wd
+            inner_bias = (y_bias[i] @ wg + bg) * a + (y_bias[i] @ wu + bu) * b
+            ff_bias[i] += gate * (inner_bias @ wd + bd)
+            ff_real[i] += gate * (np.array([f(gk, uk) for gk, uk in pairs]) @ wd + bd)
+    return _through_residual_and_norm(
+        ff, ff_bias, ff_real, res_parts, res_bias, norm_gamma, norm_centre, branch, multiplier
+    )

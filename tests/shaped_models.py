@@ -30,6 +30,11 @@ SHAPES: dict[str, tuple[str, dict[str, int]]] = {
     "llama-memory": ("llama", dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2,
                                    vocab_size=32000)),
+    # a small mixture of experts: Qwen3-MoE's block, 8 experts, top-2
+    "moe-small": ("qwen3_moe", dict(hidden_size=256, moe_intermediate_size=344,
+                                    intermediate_size=688, num_hidden_layers=4,
+                                    num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                                    num_experts=8, num_experts_per_tok=2, vocab_size=32000)),
 }  # fmt: skip
 
 #: what each shape's name says in a table
@@ -39,16 +44,19 @@ LABELS = {
     "llama-1b": "Llama-1b (random, GQA, SwiGLU)",
     "llama-small": "Llama-small (random, GQA, SwiGLU)",
     "llama-memory": "Llama-memory (random, GQA, SwiGLU)",
+    "moe-small": "MoE-small (random Qwen3-MoE, 8 experts, top-2)",
 }
 
 
 def config(shape: str, positions: int = 512) -> Any:
     """The transformers config of ``shape`` (``positions``: the longest sequence it takes)."""
-    from transformers import BertConfig, LlamaConfig
+    from transformers import BertConfig, LlamaConfig, Qwen3MoeConfig
 
     family, fields = SHAPES[shape]
     if family == "bert":
         return BertConfig(**fields, max_position_embeddings=max(positions, 512))
+    if family == "qwen3_moe":
+        return Qwen3MoeConfig(**fields, max_position_embeddings=positions, rope_theta=1e4)
     return LlamaConfig(**fields, max_position_embeddings=positions, rope_theta=1e4)
 
 

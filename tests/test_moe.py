@@ -100,3 +100,81 @@ def test_a_float64_run_switches_the_experts_to_their_eager_kernel(tiny):
     table = mixscope.analyze((model, tok), TEXTS, dtype="float64", verify=True)
     assert table.num_rows > 0 and model.config._experts_implementation == "eager"
     assert math.isfinite(float(table["attnresln_n"].to_numpy().mean()))
+
+
+# ---------------------------------------------------------------- the experts' split
+
+
+def test_clamped_swiglu_coefficients_match_adaptive_quadrature():
+    """gpt-oss's f = (clamp(u, ±L) + 1) · ψ(min(g, L)): A and B against scipy's adaptive
+    quadrature of ∂f/∂g, ∂f/∂u split at the kinks (tests/reference_ff.py, written from the
+    definition), on values below, between and beyond the clamps, g = 0 included; and
+    completeness g·A + u·B = f exactly."""
+    from mixscope.mixing.moe_parts import clamped_coefficients
+    from reference_ff import _path_integrals, expert_partials
+
+    alpha, limit = 1.702, 1.0
+    g = torch.tensor([0.3, -2.0, 0.9, 1.7, 3.5, -0.4, 0.0, 0.0, 2.5, -5.0], dtype=torch.float64)
+    u = torch.tensor([0.5, 0.2, -1.8, 2.9, -0.7, 4.0, 0.6, -3.0, 1.5, -1.2], dtype=torch.float64)
+    a, b = clamped_coefficients(g, u, alpha, limit)
+    f, dfdg, dfdu, kinks = expert_partials("gpt_oss", alpha, limit)
+    for k in range(len(g)):
+        gk, uk = float(g[k]), float(u[k])
+        want_a, want_b = _path_integrals(dfdg, dfdu, gk, uk, kinks(gk, uk))
+        assert abs(float(b[k]) - want_b) <= 1e-12, (gk, uk)
+        assert abs(float(a[k]) - want_a) <= 1e-12, (gk, uk)
+        assert abs(gk * float(a[k]) + uk * float(b[k]) - f(gk, uk)) <= 1e-14
+
+
+def test_the_tiny_gpt_oss_experts_run_into_their_clamps(tiny):
+    """The brute-force comparison covers the kinks: in the tiny gpt-oss (limit 1) many of
+    the routed experts' gate and up pre-activations lie beyond the clamps."""
+    model, tok = tiny("gpt-oss", torch.float64)
+    seen = []
+    experts = model.layers[0].mlp.experts
+    handle = experts.register_forward_hook(lambda m, args, out: seen.append(args[0]))
+    try:
+        model(**tok(TEXTS[1], return_tensors="pt"))
+    finally:
+        handle.remove()
+    gate_up = seen[0] @ experts.gate_up_proj[0] + experts.gate_up_proj_bias[0]
+    g, u = gate_up[:, ::2], gate_up[:, 1::2]
+    assert 0.05 < float((g > experts.limit).double().mean()) < 0.95
+    assert 0.05 < float((u.abs() > experts.limit).double().mean()) < 0.95
+
+
+@pytest.mark.parametrize("family", ["qwen3-moe", "gpt-oss"])
+def test_gates_not_held_as_the_router_gave_them_fail_the_identity(tiny, family, monkeypatch):
+    """Negative control: the experts' parts with the router's gates replaced (uniform over
+    the token's top-k, as a split that recomputed its own gates would use) no longer add
+    up to the MoE's output: verify names the FF's identity."""
+    from mixscope.errors import ExactnessError
+    from mixscope.mixing import moe_parts as MP
+
+    model, tok = tiny(family, torch.float64)
+    mixscope.analyze((model, tok), TEXTS, measures=["ff"], verify=True)  # held: it holds
+    real = MP.moe_parts
+
+    def uniform(moe, y, y_real, route, ff_out):
+        gates, experts = route
+        return real(moe, y, y_real, (torch.full_like(gates, 1 / gates.shape[1]), experts), ff_out)
+
+    monkeypatch.setattr(MP, "moe_parts", uniform)
+    with pytest.raises(ExactnessError, match="FF output"):
+        mixscope.analyze((model, tok), TEXTS, measures=["ff"], verify=True)
+
+
+def test_dense_and_expert_layers_of_one_model_each_take_their_split(tiny):
+    """Qwen3-MoE's mlp_only_layers: layer 1 a dense SwiGLU (FFParams), layer 2 experts
+    (MoEParams); the ff group runs on both, and equals the brute force (test_measure_groups)."""
+    from mixscope.mixing.engine import MixingEngine
+    from mixscope.models.loading import load
+
+    model, tok = tiny("qwen3-moe", torch.float32)
+    engine = MixingEngine(load((model, tok)), measures=["ff"])
+    assert engine.params[0].ff is not None and engine.params[0].moe is None
+    assert engine.params[1].moe is not None and engine.params[1].ff is None
+    table = mixscope.analyze((model, tok), TEXTS, measures=["ff"])
+    for layer in (1, 2):
+        values = table.filter(table["layer"].to_numpy() == layer)["ff_n"].to_numpy()
+        assert np.isfinite(values).all() and values.max() > 0.05

@@ -50,7 +50,7 @@ DECODER_FAMILIES = (
     "qwen3-moe",  # q/k norms; the first layer dense (mlp_only_layers)
     "olmoe",  # q/k norms over the whole projections
     "mixtral",  # sliding window of 6
-    "gpt-oss",  # learned attention sinks, biases, a sliding and a full layer
+    "gpt-oss",  # learned attention sinks, biases, a sliding and a full layer, clamped experts
 )
 
 #: the mixtures of experts among the decoders
@@ -252,6 +252,7 @@ def _moe_config(family: str, llama_like: dict):
             **llama_like, **experts, head_dim=8, num_local_experts=4, sliding_window=5,
             layer_types=["sliding_attention", "full_attention"], attention_bias=True,
             rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+            swiglu_limit=1.0,  # the clamps bite on many units: the split's kinks are tested
         )  # fmt: skip
     raise ValueError(family)
 

@@ -55,6 +55,24 @@ class FFParams:
         return len(self.inputs) == 2
 
 
+@dataclass
+class MoEParams:
+    """A mixture of experts (``Adapter.moe_*``), for the ``ff`` group: every expert's
+    weights in the model's dtype, as views (no copy), in → out layout."""
+
+    gate: torch.Tensor  # [experts, hidden, d_ff]
+    up: torch.Tensor  # [experts, hidden, d_ff]
+    gate_b: torch.Tensor  # [experts, d_ff] (zeros where the model has none)
+    up_b: torch.Tensor  # [experts, d_ff]
+    down: torch.Tensor  # [experts, d_ff, hidden]
+    down_b: torch.Tensor  # [experts, hidden]
+    #: φ of f = φ(g) · u (SiLU); None: gpt-oss's clamped SwiGLU with ``alpha``, ``limit``
+    act: Callable[[torch.Tensor], torch.Tensor] | None
+    slope0: float = 0.5  # φ'(0)
+    alpha: float = 1.702
+    limit: float = 7.0
+
+
 def project(x: torch.Tensor, w: torch.Tensor, transposed: bool) -> torch.Tensor:
     """``x`` through a weight without its bias: [..., in] → [..., out] (statistics dtype)."""
     w = w.to(x.dtype)
@@ -88,12 +106,19 @@ class BlockParams:
     ff_norm: NormParams | None = None
     #: the feed-forward block, where a selected group reads it; None otherwise
     ff: FFParams | None = None
+    #: a mixture of experts in its place (a block with experts); None otherwise
+    moe: MoEParams | None = None
     #: each branch's output scaled before the residual add (Granite's residual_multiplier)
     branch_scale: float = 1.0
 
     @property
     def head_dim(self) -> int:
         return self.w_out.shape[1] // self.heads
+
+    @property
+    def ff_placement(self) -> str:
+        """Where the FF sits ("post", "pre", "parallel"); a mixture of experts is pre-LN."""
+        return "pre" if self.ff is None else self.ff.placement
 
 
 @dataclass
@@ -125,6 +150,8 @@ class BlockTensors:
     ff_pre: tuple[torch.Tensor, ...] | None = None  # [batch, seq, d_ff] each
     # the feed-forward's real output FF(y) (its exactness check)
     ff_out: torch.Tensor | None = None  # [batch, seq, hidden]
+    # a mixture of experts' routing: each token's top-k gates and their experts
+    ff_route: tuple[torch.Tensor, torch.Tensor] | None = None  # [batch · seq, k] each
 
     def full_alpha(self) -> torch.Tensor:
         """The full weights [batch, heads, seq, seq]; only the eager path captures them."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from mixscope.mixing.block_tensors import BlockParams, FFParams, NormParams, centre
+from mixscope.mixing.block_tensors import BlockParams, FFParams, MoEParams, NormParams, centre
 from mixscope.mixing.ff_parts import slope_at_zero
 from mixscope.models.loading import LoadedModel
 
@@ -133,6 +133,44 @@ class BlockWeights:
                 else 1.0
             ),
         )
+
+    def moe(self, experts: Any) -> MoEParams:
+        """A mixture of experts' weights (``Adapter.moe_layout``), in → out views of the
+        model's tensors; zeros for the biases a layout has none of."""
+        a = self.loaded.adapter
+        gate_up, down = experts.gate_up_proj.detach(), experts.down_proj.detach()
+        if a.moe_layout == "interleaved":  # [E, hidden, 2F]: gate even columns, up odd
+            bias = experts.gate_up_proj_bias.detach()
+            return MoEParams(
+                gate=gate_up[..., ::2],
+                up=gate_up[..., 1::2],
+                gate_b=bias[:, ::2],
+                up_b=bias[:, 1::2],
+                down=down,  # [E, F, hidden]
+                down_b=experts.down_proj_bias.detach(),
+                act=None,
+                alpha=float(experts.alpha),
+                limit=float(experts.limit),
+            )
+        d_ff = gate_up.shape[1] // 2  # [E, 2F, hidden]: the gate's rows, then the up's
+        zeros = torch.zeros(gate_up.shape[0], d_ff, dtype=gate_up.dtype, device=gate_up.device)
+        return MoEParams(
+            gate=gate_up[:, :d_ff].transpose(1, 2),
+            up=gate_up[:, d_ff:].transpose(1, 2),
+            gate_b=zeros,
+            up_b=zeros,
+            down=down.transpose(1, 2),  # [E, hidden, F] → [E, F, hidden]
+            down_b=torch.zeros(down.shape[0], down.shape[1], dtype=down.dtype, device=down.device),
+            act=experts.act_fn,
+            slope0=slope_at_zero(experts.act_fn),
+        )
+
+    def add_moe(self, block: Any, experts: Any, p: BlockParams) -> None:
+        """The experts' weights and the norm inside the FF branch, into ``p``."""
+        a = self.loaded.adapter
+        p.moe = self.moe(experts)
+        if a.ff_branch_norm is not None:
+            p.ff_branch_norm = self.norm_of(block.get_submodule(a.ff_branch_norm), p)
 
     def add_ff(self, block: Any, p: BlockParams) -> None:
         """The feed-forward's weights and the norm inside its branch, into ``p`` (whose

@@ -66,6 +66,8 @@ class Capture:
         self.points = points
         self.params = params
         self.needs = points.expand(needs)
+        # per block: a block with experts reads its router where a dense one its up projection
+        self.block_needs = [points.expand(needs, i) for i in range(points.num_layers)]
         self.stat_dtype = stat_dtype
         self.full_alpha = full_alpha  # keep α whole (per-pair maps, the exactness check)
         self.first = first  # keep α_i0 (a selected group reads it)
@@ -100,6 +102,9 @@ class Capture:
             else:
                 store["ff_norm_in"] = args[0].reshape(self._shape(store, out)).to(sd)
                 store["ff_norm_out"] = out.reshape(self._shape(store, out)).to(sd)
+        elif name == "ff_in" and points.experts(store["idx"]) is not None:  # the router
+            _logits, gates, experts = out  # [batch · seq, k] each
+            store["ff_route"] = (gates.detach().to(sd), experts.detach())
         elif name == "ff_in" and points.adapter.ff_fused_gate_up:  # Phi-3: [gate | up]
             gate, up = out.reshape(self._shape(store, out)).to(sd).chunk(2, dim=-1)
             store["ff_in"], store["ff_up"] = gate, up
@@ -157,6 +162,7 @@ class Capture:
                 else None
             ),
             ff_out=store.get("ff_out"),
+            ff_route=store.get("ff_route"),
         )
 
     @contextlib.contextmanager
@@ -174,7 +180,7 @@ class Capture:
         try:
             for idx in range(self.points.num_layers):
                 store: dict[str, Any] = {"idx": idx, "batch": batch, SEEN: set()}
-                for name in sorted(self.needs):
+                for name in sorted(self.block_needs[idx]):
                     handles.append(self._register(name, idx, store, finish_block))
             yield
         finally:
@@ -190,7 +196,7 @@ class Capture:
         def fired(args: Any, kwargs: Any, out: Any) -> Any:
             replaced = self._keep(name, store, args, kwargs, out)
             store[SEEN].add(name)
-            if store[SEEN] >= self.needs:  # the block's last needed point
+            if store[SEEN] >= self.block_needs[idx]:  # the block's last needed point
                 try:
                     finish(idx, store)  # raises ForwardDone after the last block
                 finally:

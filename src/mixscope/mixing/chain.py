@@ -298,9 +298,9 @@ class BlockChain:
         one's FF input norm; the residual sum h itself where no norm stands); with a
         parallel residual N_in(x_i), the token's own alone (and β_in)."""
         ff = self.p.ff
-        assert ff is not None
-        if ff.placement != "parallel":
+        if self.p.ff_placement != "parallel":
             return self.attnresln
+        assert ff is not None
         n = ff.input_norm
         assert n is not None
         x = self.t.x
@@ -311,9 +311,7 @@ class BlockChain:
     def ff_stream(self) -> Parts:
         """The stream the FF's residual adds to: the FF input itself after a post-LN
         block's LN1, else the attention half's residual sum (``attnres``: x + branch)."""
-        ff = self.p.ff
-        assert ff is not None
-        return self.attnresln if ff.placement == "post" else self.attnres
+        return self.attnresln if self.p.ff_placement == "post" else self.attnres
 
 
 def ff_residual(p: BlockParams, stream: Parts, ff: Parts, ff_out: torch.Tensor) -> Parts:

@@ -20,8 +20,9 @@ Points, in the order their weights are read (a later one may read an earlier one
 - ``parallel_mlp``: the MLP output of a parallel residual (the token's own term), added
   wherever ``attn_norm`` is needed on such a model;
 - ``ff_in``: the feed-forward's input projection, its pre-activation ``W₁ y + b₁`` (the
-  gate's, and then ``ff_up``, the up projection's, registered with it);
-- ``ff_out``: the feed-forward's output ``FF(y)``;
+  gate's, and then ``ff_up``, the up projection's, registered with it); in a block with
+  experts, the router: each token's top-k gates and experts;
+- ``ff_out``: the feed-forward's output ``FF(y)`` (the experts' weighted sum);
 - ``ff_norm``: the norm after the feed-forward's residual sum (LN2 of a post-LN block; the
   next block's input norm, or the final norm, of a pre-LN one: its hook fires in the next
   block or after the last, and the block finishes then); where none stands (OLMo-2
@@ -74,9 +75,9 @@ class ModelPoints:
             "attn_out": Point(lambda i: blocks[i].get_submodule(a.out_proj)),
             "attn_norm": Point(lambda i: self.norms[i], self.norm_is_identity, self._norm),
             "parallel_mlp": Point(lambda i: blocks[i].get_submodule(a.mlp)),
-            "ff_in": Point(lambda i: blocks[i].get_submodule(a.ff_in), weights=self._ff),
+            "ff_in": Point(self._ff_in_module, weights=self._ff),
             "ff_up": Point(lambda i: blocks[i].get_submodule(a.ff_up)),
-            "ff_out": Point(lambda i: blocks[i].get_submodule(a.ff_out)),
+            "ff_out": Point(self._ff_out_module),
             "ff_norm": Point(self._ff_norm_module, weights=self._ff_norm),
         }
 
@@ -84,13 +85,30 @@ class ModelPoints:
     def num_layers(self) -> int:
         return len(self.blocks)
 
-    def expand(self, needs: frozenset[str]) -> frozenset[str]:
-        """``needs`` with the points that come with another on this model: a parallel
-        residual's MLP output with the norm, a gated FF's up projection with its gate."""
+    def experts(self, idx: int) -> Any | None:
+        """Block ``idx``'s experts module; None in a block without (a dense FF)."""
+        return self._experts[idx]
+
+    @functools.cached_property
+    def _experts(self) -> list[Any | None]:
+        path = self.adapter.moe_experts
+        out: list[Any | None] = []
+        for block in self.blocks:
+            try:
+                out.append(None if path is None else block.get_submodule(path))
+            except AttributeError:  # Qwen3-MoE's mlp_only_layers: a dense FF
+                out.append(None)
+        return out
+
+    def expand(self, needs: frozenset[str], idx: int | None = None) -> frozenset[str]:
+        """``needs`` with the points that come with another on this model (block ``idx``'s,
+        where given): a parallel residual's MLP output with the norm, a dense gated FF's up
+        projection with its gate (a block with experts reads its router instead)."""
         a = self.adapter
         if "attn_norm" in needs and a.parallel_residual:
             needs = needs | {"parallel_mlp"}
-        if "ff_in" in needs and a.ff_up:
+        moe = idx is not None and self.experts(idx) is not None
+        if "ff_in" in needs and a.ff_up and not moe:
             needs = needs | {"ff_up"}
         unknown = needs - set(self.points)
         if unknown:
@@ -142,6 +160,23 @@ class ModelPoints:
         after = [b.get_submodule(a.next_norm) if a.next_norm else None for b in self.blocks[1:]]
         return [*after, final]
 
+    def _ff_in_module(self, idx: int) -> Any:
+        """The ``ff_in`` hook's module: the input projection, or the router of experts."""
+        a = self.adapter
+        if self.experts(idx) is not None:
+            assert a.moe_router is not None
+            return self.blocks[idx].get_submodule(a.moe_router)
+        assert a.ff_in is not None
+        return self.blocks[idx].get_submodule(a.ff_in)
+
+    def _ff_out_module(self, idx: int) -> Any:
+        """The ``ff_out`` hook's module: the output projection, or the experts' sum."""
+        experts = self.experts(idx)
+        if experts is not None:
+            return experts
+        assert self.adapter.ff_out is not None
+        return self.blocks[idx].get_submodule(self.adapter.ff_out)
+
     def _ff_norm_module(self, idx: int) -> Any:
         """The ``ff_norm`` hook's module: the norm, or the block itself where none stands."""
         norm = self.ff_norms[idx]
@@ -151,7 +186,11 @@ class ModelPoints:
         p.norm = None if self.norm_is_identity else self.weights.norm_of(self.norms[idx], p)
 
     def _ff(self, idx: int, p: BlockParams) -> None:
-        self.weights.add_ff(self.blocks[idx], p)
+        experts = self.experts(idx)
+        if experts is not None:
+            self.weights.add_moe(self.blocks[idx], experts, p)
+        else:
+            self.weights.add_ff(self.blocks[idx], p)
 
     def _ff_norm(self, idx: int, p: BlockParams) -> None:
         norm = self.ff_norms[idx]

@@ -83,6 +83,19 @@ class Adapter:
     # a config attribute scaling each branch's output before the residual add (Granite's
     # ``residual_multiplier``): a linear step of the chain
     branch_multiplier_attr: str | None = None
+    # A mixture of experts in place of the dense FF (docs/method.md §6), in the blocks that
+    # have ``moe_experts`` (the others, Qwen3-MoE's ``mlp_only_layers``, keep ``ff_in`` …):
+    # ``moe_router`` outputs (logits, the top-k gates [tokens, k], their experts [tokens,
+    # k]); ``moe_experts`` holds every expert's weights as 3-D tensors, laid out as
+    #   "rows"         gate_up_proj [E, 2F, hidden] (the gate's rows, then the up's),
+    #                  down_proj [E, hidden, F], no biases, f = act_fn(g) · u (Qwen3-MoE,
+    #                  OLMoE, Mixtral)
+    #   "interleaved"  gate_up_proj [E, hidden, 2F] (gate the even columns, up the odd),
+    #                  down_proj [E, F, hidden], biases, and gpt-oss's clamped SwiGLU
+    #                  f = (clamp(u, ±L) + 1) · g′ σ(α g′), g′ = min(g, L)
+    moe_router: str | None = None
+    moe_experts: str | None = None
+    moe_layout: Literal["rows", "interleaved"] = "rows"
     # the attention has a learned sink per head (gpt-oss ``sinks``, passed as ``s_aux``): a
     # logit with no value vector, so a row of α sums to 1 − π, π the sink's mass
     learned_sinks: bool = False

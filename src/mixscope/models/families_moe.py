@@ -4,8 +4,8 @@ Their attention half is Llama's (q/k norms, sliding windows and gpt-oss's learne
 change α only, which the attention module's output carries; the sinks' mass too, see
 ``Adapter.learned_sinks``). Their feed-forward is a router choosing the top-k experts per
 token (``mlp.gate`` / ``mlp.router``) and a module holding every expert's weights as 3-D
-tensors (``mlp.experts``): the ``ff`` group's split of it is data here too (docs/method.md
-§6), read where the group applies.
+tensors (``mlp.experts``): the ``ff`` group splits it with the router's gates held
+constant (docs/method.md §6; mixing/moe_parts.py).
 """
 
 from __future__ import annotations
@@ -14,15 +14,9 @@ from dataclasses import replace
 
 from mixscope.models.families import LLAMA
 
-#: the Llama layout with no dense feed-forward modules: the MoE data replaces them
-_MOE_BASE = replace(
-    LLAMA,
-    ff_in=None,
-    ff_up=None,
-    ff_act=None,
-    ff_out=None,
-    variants=(),
-)
+#: the Llama layout with a router and experts (its dense FF modules serve the blocks
+#: without experts: Qwen3-MoE's mlp_only_layers)
+_MOE_BASE = replace(LLAMA, moe_router="mlp.gate", moe_experts="mlp.experts", variants=())
 
 QWEN3_MOE = replace(
     _MOE_BASE,
@@ -61,4 +55,6 @@ GPT_OSS = replace(
     family="gpt_oss",
     model_types=("gpt_oss",),
     learned_sinks=True,
+    moe_router="mlp.router",
+    moe_layout="interleaved",
 )

@@ -54,7 +54,8 @@ class FeedForward(MeasureGroup):
     verify_needs = frozenset({"ff_norm"})
 
     def unsupported(self, adapter: Adapter) -> str | None:
-        if not (adapter.ff_in and adapter.ff_act and adapter.ff_out):
+        dense = adapter.ff_in and adapter.ff_act and adapter.ff_out
+        if not (dense or adapter.moe_experts):
             return f"the {adapter.family} adapter names no feed-forward modules"
         if adapter.ff_norm is None and not adapter.final_norm:
             return f"the {adapter.family} adapter names no norm after the feed-forward"
@@ -66,10 +67,20 @@ class FeedForward(MeasureGroup):
         from mixscope.mixing.ff_parts import chunk_tokens
 
         t, p = block.t, block.p
-        assert p.ff is not None and t.ff_pre is not None and t.ff_out is not None
         flat = lambda v: v.reshape(-1, v.shape[-1])  # noqa: E731  [tokens, ·]
-        pre, ff_out = tuple(map(flat, t.ff_pre)), flat(t.ff_out)
         inputs, stream = block.ff_input, block.ff_stream
+        if p.moe is not None:  # a mixture of experts: the router's gates held constant
+            assert t.ff_route is not None and t.ff_out is not None
+            from mixscope.mixing.moe_parts import moe_parts
+
+            count = flat(t.y).shape[0]
+            ff_out = flat(t.ff_out)
+            ff, _ = moe_parts(p.moe, inputs.rows(0, count), flat(t.y), t.ff_route, ff_out)
+            moe = _ratios(block, ff, stream.rows(0, count), ff_out)
+            moe = moe.view(len(self.columns), *batch.valid.shape)  # [measure, batch, seq]
+            return moe.masked_fill(batch.no_context.unsqueeze(0), 0.0)
+        assert p.ff is not None and t.ff_pre is not None and t.ff_out is not None
+        pre, ff_out = tuple(map(flat, t.ff_pre)), flat(t.ff_out)
         count, d_ff = pre[0].shape
         out = torch.empty(len(self.columns), count, dtype=t.x.dtype, device=t.x.device)
         # every step is per token: chunks bound the [tokens, d_ff] temporaries (and keep
@@ -92,17 +103,21 @@ class FeedForward(MeasureGroup):
 
         t, p = exact.t, exact.p
         ff, n2 = p.ff, p.ff_norm
-        assert ff is not None and t.ff_pre is not None and t.ff_out is not None
-        # the FF input's parts rebuilt from α (every token's summed, and the bias part)
-        y = exact.ff_input.applied()
-        y_sum = y.own if y.context is None else y.own + y.context
-        sum_pre = tuple(project(y_sum, w, ff.transposed) for w in ff.inputs)
-        bias_pre = tuple(
-            project(y.bias.expand_as(y_sum), w, ff.transposed) + b
-            for w, b in zip(ff.inputs, ff.input_biases, strict=True)
-        )
-        summed, bias = split_output(ff, t.ff_pre, [sum_pre, bias_pre])  # [batch, seq, hidden]
-        ff_parts = Parts(summed, None, bias + ff.b_out)
+        assert t.ff_out is not None
+        if p.moe is not None:  # the experts' parts, with the bias part as computed
+            ff_parts = _moe_check_parts(exact)
+        else:
+            assert ff is not None and t.ff_pre is not None
+            # the FF input's parts rebuilt from α (every token's summed, and the bias part)
+            y = exact.ff_input.applied()
+            y_sum = y.own if y.context is None else y.own + y.context
+            sum_pre = tuple(project(y_sum, w, ff.transposed) for w in ff.inputs)
+            bias_pre = tuple(
+                project(y.bias.expand_as(y_sum), w, ff.transposed) + b
+                for w, b in zip(ff.inputs, ff.input_biases, strict=True)
+            )
+            summed, bias = split_output(ff, t.ff_pre, [sum_pre, bias_pre])  # [b, seq, hidden]
+            ff_parts = Parts(summed, None, bias + ff.b_out)
         residuals = [
             Residual(
                 "Σ_j FF_ij + bias − FF output",
@@ -121,6 +136,24 @@ class FeedForward(MeasureGroup):
             )
         )
         return residuals
+
+
+def _moe_check_parts(exact: BlockChain) -> Parts:
+    """The experts' output split from the parts rebuilt from α, every token's summed,
+    with the bias part as computed (not the remainder): [batch, seq, hidden] each."""
+    from mixscope.mixing.chain import Parts
+    from mixscope.mixing.moe_parts import moe_parts
+
+    t, p = exact.t, exact.p
+    assert p.moe is not None and t.ff_route is not None and t.ff_out is not None
+    shape = t.ff_out.shape
+    flat = lambda v: v.reshape(-1, v.shape[-1])  # noqa: E731  [tokens, ·]
+    count = flat(t.y).shape[0]
+    parts, bias = moe_parts(
+        p.moe, exact.ff_input.rows(0, count), flat(t.y), t.ff_route, flat(t.ff_out)
+    )
+    assert parts.context is not None
+    return Parts((parts.own + parts.context).view(shape), None, bias.view(shape))
 
 
 def _ratios(block: BlockChain, ff: Parts, stream: Parts, ff_out: torch.Tensor) -> torch.Tensor:

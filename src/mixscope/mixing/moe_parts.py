@@ -1,0 +1,120 @@
+"""A mixture of experts split over its input's parts (docs/method.md §6).
+
+``FF(y_i) = Σ_{e∈T(i)} w_ie FF_e(y_i)``: the router's gates ``w_ie`` for token i's top-k
+experts are held constant (as a norm's ``s(z_i)`` is), and each expert's output is split
+by the exact integrated gradients of §5 from its own real pre-activations, ``g = W_g y +
+b_g`` and ``u = W_u y + b_u``: a part ``y_j`` maps to ``W_down (g_j ⊙ A + u_j ⊙ B)`` with
+``A = ∫₀¹ ∂f/∂g(tg, tu) dt`` and ``B = ∫₀¹ ∂f/∂u(tg, tu) dt``, so that ``g ⊙ A + u ⊙ B =
+f(g, u)`` (f(0, 0) = 0); the experts' biases (b_g, b_u through A, B; b_down) belong to the
+bias part. Completeness holds exactly: the parts and the bias part rebuild the real
+output.
+
+- SwiGLU experts (Qwen3-MoE, OLMoE, Mixtral), ``f = φ(g) · u``: mixing/ff_parts.py's
+  coefficients.
+- gpt-oss's clamped SwiGLU, ``f = (clamp(u, −L, L) + 1) · ψ(min(g, L))``, ``ψ(x) = x σ(αx)``:
+  on the path t·(g, u) the clamps bite at ``t = L/g`` (g > L) and ``t = L/|u|`` (|u| > L).
+  ``∂f/∂u = ψ(min(tg, L))`` while ``|tu| < L`` (0 after), so ``B = ∫₀^a ψ(tg) dt + (T_u −
+  a) ψ(L)`` with ``T_u = min(1, L/|u|)`` and ``a = min(T_u, L/g)``: Gauss–Legendre on the
+  smooth piece, exact on the constant one (piecewise between the kinks). Then ``A = (f −
+  u ⊙ B) / g`` by completeness (its limit where g = 0).
+
+Per token only its own part, the others' sum and the bias part are carried, through the
+k experts it was routed to (recomputed from the captured FF input): memory linear in
+tokens, no per-pair tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mixscope.mixing.block_tensors import MoEParams
+from mixscope.mixing.chain import Parts
+from mixscope.mixing.ff_parts import QUADRATURE_NODES, gated_coefficients, gauss_legendre
+
+
+def _psi(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x * torch.sigmoid(alpha * x)
+
+
+def clamped_coefficients(
+    g: torch.Tensor, u: torch.Tensor, alpha: float, limit: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B) of gpt-oss's clamped SwiGLU at pre-activations (g, u), each [..., d_ff]."""
+    big_u = u.abs() > limit
+    t_u = torch.where(big_u, limit / u.abs(), torch.ones_like(u))  # where ∂f/∂u ends
+    t_g = torch.where(g > limit, limit / g, torch.ones_like(g))  # where g′ stops growing
+    a = torch.minimum(t_u, t_g)
+    smooth = torch.zeros_like(g)
+    for t, w in zip(*gauss_legendre(QUADRATURE_NODES), strict=True):
+        smooth.add_(_psi(a * t * g, alpha), alpha=w)
+    psi_l = float(_psi(torch.tensor(limit, dtype=torch.float64), alpha))
+    b = a * smooth + (t_u - a).clamp_min(0.0) * psi_l
+    f = (u.clamp(-limit, limit) + 1) * _psi(g.clamp(max=limit), alpha)
+    # g = 0: ∂f/∂g = (clamp(tu) + 1) ψ′(0) = (clamp(tu) + 1) / 2 all along the path
+    mean_clamp = torch.where(big_u, u.sign() * (limit - limit**2 / (2 * u.abs())), u / 2)
+    at_zero = (mean_clamp + 1) / 2
+    safe = torch.where(g == 0, torch.ones_like(g), g)
+    coef_a = torch.where(g == 0, at_zero, (f - u * b) / safe)
+    return coef_a, b
+
+
+def _coefficients(
+    moe: MoEParams, g: torch.Tensor, u: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if moe.act is None:
+        return clamped_coefficients(g, u, moe.alpha, moe.limit)
+    return gated_coefficients(moe.act, g, u, moe.slope0)
+
+
+def moe_parts(
+    moe: MoEParams,
+    y: Parts,  # the FF input's parts of some tokens, rows [tokens, hidden]
+    y_real: torch.Tensor,  # [tokens, hidden] the real FF input (the router's)
+    route: tuple[torch.Tensor, torch.Tensor],  # gates, experts [tokens, k]
+    ff_out: torch.Tensor,  # [tokens, hidden] the real output, which the bias part completes
+) -> tuple[Parts, torch.Tensor]:
+    """(the output's parts: own FF_ii, others' Σ_{j≠i} FF_ij and the bias part as the real
+    output's remainder; the bias part as computed, for the exactness check)."""
+    y = y.applied()
+    dtype = y_real.dtype
+    own = torch.zeros_like(y_real)
+    context = torch.zeros_like(y_real)
+    bias = torch.zeros_like(y_real)
+    # no bias part reaches the experts (Llama-like blocks: no b_O, no β) and they have no
+    # biases: its output is 0, and a third fewer products
+    bias_free = moe.act is not None and not bool(y.bias.any())
+    y_bias = y.bias.expand_as(y_real)
+    gates, experts = route
+    for e in experts.unique().tolist():
+        rows, slots = (experts == e).nonzero(as_tuple=True)  # token-slots routed to e
+        m = rows.shape[0]
+        weight = gates[rows, slots].to(dtype).unsqueeze(-1)  # [m, 1]
+        w_g, w_u = moe.gate[e].to(dtype), moe.up[e].to(dtype)  # [hidden, d_ff]
+        b_g, b_u = moe.gate_b[e].to(dtype), moe.up_b[e].to(dtype)
+        inputs = [y_real[rows], y.own[rows]] + ([] if bias_free else [y_bias[rows]])
+        stacked = torch.cat(inputs)  # [2m | 3m, hidden]: the real input, own, bias parts
+        g_all, u_all = stacked @ w_g, stacked @ w_u  # [2m | 3m, d_ff]
+        g, u = g_all[:m] + b_g, u_all[:m] + b_u  # the real pre-activations
+        a, b = _coefficients(moe, g, u)
+        g_own, u_own = g_all[m : 2 * m], u_all[m : 2 * m]
+        if bias_free:
+            g_bias = u_bias = torch.zeros_like(g)
+        else:
+            g_bias, u_bias = g_all[2 * m :] + b_g, u_all[2 * m :] + b_u
+        parts = [
+            g_own * a + u_own * b,
+            (g - g_own - g_bias) * a + (u - u_own - u_bias) * b,  # the others', by linearity
+        ]
+        if not bias_free:
+            parts.append(g_bias * a + u_bias * b)
+        out = torch.stack(parts) @ moe.down[e].to(dtype)  # [2 | 3, m, hidden]
+        out *= weight
+        own.index_add_(0, rows, out[0])
+        context.index_add_(0, rows, out[1])
+        if bias_free:
+            bias.index_add_(0, rows, moe.down_b[e].to(dtype) * weight)
+        else:
+            out[2] += moe.down_b[e].to(dtype) * weight
+            bias.index_add_(0, rows, out[2])
+    remainder = torch.sub(ff_out, own).sub_(context)
+    return Parts(own, context, remainder), bias
