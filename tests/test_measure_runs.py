@@ -159,7 +159,7 @@ def test_sink_profile_against_the_detail_rows(mixed):
     root, ids = mixed["root"], mixed["ids"]
     cur = run_query(connect(root), "sink_profile")
     names = [d[0] for d in cur.description]
-    assert names == ["run_id", "layer", "category", "tokens", "sink_w", "sink_n", "gap"]
+    assert names == ["run_id", "layer", "category", "tokens", "sink_w", "sink_n", "gap", "lsink_w"]
     got = cur.fetchall()
     assert {r[0] for r in got} == {ids["three"], ids["sink"]}  # the paper-only run: not listed
     for name in ("three", "sink"):
@@ -167,7 +167,8 @@ def test_sink_profile_against_the_detail_rows(mixed):
         mine = {(r[1], r[2]): r[3:] for r in got if r[0] == ids[name]}
         assert set(mine) == set(want)
         for key, (tokens, w, n) in want.items():
-            g_tokens, g_w, g_n, gap = mine[key]
+            g_tokens, g_w, g_n, gap, lsink = mine[key]
+            assert lsink is None  # no learned sinks in these runs
             assert g_tokens == tokens
             assert g_w == pytest.approx(w, abs=1e-6) and g_n == pytest.approx(n, abs=1e-6)
             assert gap == pytest.approx(w - n, abs=1e-6)

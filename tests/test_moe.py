@@ -178,3 +178,57 @@ def test_dense_and_expert_layers_of_one_model_each_take_their_split(tiny):
     for layer in (1, 2):
         values = table.filter(table["layer"].to_numpy() == layer)["ff_n"].to_numpy()
         assert np.isfinite(values).all() and values.max() > 0.05
+
+
+# ---------------------------------------------------------------- a gpt-oss run end to end
+
+
+def test_a_gpt_oss_run_s_sink_profile_and_figure_show_the_learned_sinks(tiny, tmp_path):
+    """``mixscope run`` (in-process executor) on a tiny gpt-oss with every group: the
+    stored ``lsink_w`` statistics, ``sink_profile``'s ``lsink_w`` equal to the detail
+    rows' mean per layer, and the report's first-position figure draws it beside the
+    weight and the norm."""
+    import pyarrow.parquet as pq
+
+    from mixscope.config import load_spec
+    from mixscope.report import plots
+    from mixscope.runtime.driver import run_job
+    from mixscope.sql.named import run_query
+    from mixscope.sql.views import connect
+
+    model, tok = tiny("gpt-oss", torch.float32)
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS * 3) + "\n", encoding="utf-8")
+    spec = load_spec(
+        None,
+        {
+            "model": str(tmp_path / "model"),
+            "corpus.paths": [str(corpus)],
+            "out": str(tmp_path / "out"),
+            "runtime.executor": "local",
+            "runtime.docs_per_shard": 2,
+            "analysis.measures": "all",
+            "output.detail": "full",
+        },
+    )
+    summary = run_job(spec, show_progress=False)
+    assert summary.status == "complete"
+    rows = pq.read_table(tmp_path / "out" / "tokens", columns=["lsink_w"])["lsink_w"]
+    per_layer = np.array(rows.to_pylist())  # [token, layer]
+    profile = [
+        dict(zip(("run_id", "layer", "category", "tokens", "sink_w", "sink_n", "gap",
+                  "lsink_w"), r, strict=True))
+        for r in run_query(connect(str(tmp_path / "out")), "sink_profile").fetchall()
+    ]  # fmt: skip
+    pooled = {r["layer"]: r for r in profile if r["category"] == "all"}
+    assert sorted(pooled) == [1, 2]
+    for layer, r in pooled.items():
+        assert r["lsink_w"] == pytest.approx(per_layer[:, layer - 1].mean(), abs=1e-6)
+        assert 0 < r["lsink_w"] < 1
+    fig = plots.sink_profile(profile, "gpt-oss")
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    drawn = lines["all tokens: learned sink"].get_ydata()
+    assert np.allclose(drawn, [100 * pooled[k]["lsink_w"] for k in (1, 2)])
+    assert "all tokens: weight" in lines and "all tokens: norm" in lines

@@ -290,7 +290,8 @@ def contribution_maps(tokens: list[str], maps: dict[str, Any], layer: int, title
 def sink_profile(profile: list[dict], title: str) -> Any:
     """Per layer, the first position's attention weight (dashed) and norm share (solid) by
     token category (``sink_profile`` rows): the attention-sink weight against what the
-    first token really contributes."""
+    first token really contributes; and, for a run with learned sinks (gpt-oss), their
+    mass (dotted), the weight no token gets."""
     from mixscope.mixing.measures import GROUPS
 
     weight, norm = (c.name for c in GROUPS["sink"].columns)  # the query's two columns
@@ -328,6 +329,17 @@ def sink_profile(profile: list[dict], title: str) -> Any:
             markersize=4,
             label=f"{name}: norm",
         )
+        if any(r.get("lsink_w") is not None for r in rows):  # gpt-oss: a learned sink's mass
+            ax.plot(
+                xs,
+                [100 * (r["lsink_w"] or 0.0) for r in rows],
+                ":",
+                marker="^",
+                color=color,
+                linewidth=width,
+                markersize=4,
+                label=f"{name}: learned sink",
+            )
     layer_axis(ax, layers)
     ax.set_ylabel("drawn from the first position (%)")
     ax.set_ylim(0, 100)
