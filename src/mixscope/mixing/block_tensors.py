@@ -60,8 +60,9 @@ class MoEParams:
     """A mixture of experts (``Adapter.moe_*``), for the ``ff`` group: every expert's
     weights in the model's dtype, as views (no copy), in → out layout."""
 
-    gate: torch.Tensor  # [experts, hidden, d_ff]
-    up: torch.Tensor  # [experts, hidden, d_ff]
+    #: gate and up in one [experts, hidden, 2 · d_ff] view: one product for both
+    gate_up: torch.Tensor
+    interleaved: bool  # gate the even columns of ``gate_up``, up the odd; else the halves
     gate_b: torch.Tensor  # [experts, d_ff] (zeros where the model has none)
     up_b: torch.Tensor  # [experts, d_ff]
     down: torch.Tensor  # [experts, d_ff, hidden]
@@ -71,6 +72,13 @@ class MoEParams:
     slope0: float = 0.5  # φ'(0)
     alpha: float = 1.702
     limit: float = 7.0
+
+    def split(self, gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(gate, up) columns of a product with ``gate_up``: [..., d_ff] each."""
+        if self.interleaved:
+            return gate_up[..., ::2], gate_up[..., 1::2]
+        d_ff = gate_up.shape[-1] // 2
+        return gate_up[..., :d_ff], gate_up[..., d_ff:]
 
 
 def project(x: torch.Tensor, w: torch.Tensor, transposed: bool) -> torch.Tensor:

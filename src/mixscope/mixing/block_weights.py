@@ -142,8 +142,8 @@ class BlockWeights:
         if a.moe_layout == "interleaved":  # [E, hidden, 2F]: gate even columns, up odd
             bias = experts.gate_up_proj_bias.detach()
             return MoEParams(
-                gate=gate_up[..., ::2],
-                up=gate_up[..., 1::2],
+                gate_up=gate_up,
+                interleaved=True,
                 gate_b=bias[:, ::2],
                 up_b=bias[:, 1::2],
                 down=down,  # [E, F, hidden]
@@ -155,8 +155,8 @@ class BlockWeights:
         d_ff = gate_up.shape[1] // 2  # [E, 2F, hidden]: the gate's rows, then the up's
         zeros = torch.zeros(gate_up.shape[0], d_ff, dtype=gate_up.dtype, device=gate_up.device)
         return MoEParams(
-            gate=gate_up[:, :d_ff].transpose(1, 2),
-            up=gate_up[:, d_ff:].transpose(1, 2),
+            gate_up=gate_up.transpose(1, 2),  # [E, hidden, 2F]: the gate's columns first
+            interleaved=False,
             gate_b=zeros,
             up_b=zeros,
             down=down.transpose(1, 2),  # [E, hidden, F] → [E, F, hidden]

@@ -71,17 +71,22 @@ def moe_parts(
     y: Parts,  # the FF input's parts of some tokens, rows [tokens, hidden]
     y_real: torch.Tensor,  # [tokens, hidden] the real FF input (the router's)
     route: tuple[torch.Tensor, torch.Tensor],  # gates, experts [tokens, k]
-    ff_out: torch.Tensor,  # [tokens, hidden] the real output, which the bias part completes
+    ff_out: torch.Tensor,  # [tokens, hidden] the real output, which the parts complete
+    *,
+    explicit: bool = False,
 ) -> tuple[Parts, torch.Tensor]:
-    """(the output's parts: own FF_ii, others' Σ_{j≠i} FF_ij and the bias part as the real
-    output's remainder; the bias part as computed, for the exactness check)."""
+    """(the output's parts: own FF_ii, others' Σ_{j≠i} FF_ij and the bias part; the bias
+    part as computed). By completeness the others' part is the real output minus the own
+    and bias parts, which spares its pass through the down projections; ``explicit``
+    computes it through them too, and the bias part of the Parts is then the real output's
+    remainder (the exactness check compares the sum of the computed parts)."""
     y = y.applied()
     dtype = y_real.dtype
     own = torch.zeros_like(y_real)
     context = torch.zeros_like(y_real)
     bias = torch.zeros_like(y_real)
     # no bias part reaches the experts (Llama-like blocks: no b_O, no β) and they have no
-    # biases: its output is 0, and a third fewer products
+    # biases: its output is 0 (then a third fewer products)
     bias_free = moe.act is not None and not bool(y.bias.any())
     y_bias = y.bias.expand_as(y_real)
     gates, experts = route
@@ -89,32 +94,34 @@ def moe_parts(
         rows, slots = (experts == e).nonzero(as_tuple=True)  # token-slots routed to e
         m = rows.shape[0]
         weight = gates[rows, slots].to(dtype).unsqueeze(-1)  # [m, 1]
-        w_g, w_u = moe.gate[e].to(dtype), moe.up[e].to(dtype)  # [hidden, d_ff]
         b_g, b_u = moe.gate_b[e].to(dtype), moe.up_b[e].to(dtype)
         inputs = [y_real[rows], y.own[rows]] + ([] if bias_free else [y_bias[rows]])
-        stacked = torch.cat(inputs)  # [2m | 3m, hidden]: the real input, own, bias parts
-        g_all, u_all = stacked @ w_g, stacked @ w_u  # [2m | 3m, d_ff]
-        g, u = g_all[:m] + b_g, u_all[:m] + b_u  # the real pre-activations
-        a, b = _coefficients(moe, g, u)
-        g_own, u_own = g_all[m : 2 * m], u_all[m : 2 * m]
-        if bias_free:
-            g_bias = u_bias = torch.zeros_like(g)
-        else:
-            g_bias, u_bias = g_all[2 * m :] + b_g, u_all[2 * m :] + b_u
-        parts = [
-            g_own * a + u_own * b,
-            (g - g_own - g_bias) * a + (u - u_own - u_bias) * b,  # the others', by linearity
-        ]
+        stacked = torch.cat(inputs)  # [k·m, hidden]: the real input, own, bias parts (k = 2 | 3)
+        g_all, u_all = moe.split(stacked @ moe.gate_up[e].to(dtype))  # [k·m, d_ff], no biases
+        g, u = (g_all[:m], u_all[:m]) if bias_free else (g_all[:m] + b_g, u_all[:m] + b_u)
+        a, b = _coefficients(moe, g, u)  # from the real pre-activations
+        k = len(inputs)
+        # each part's (g_j ⊙ A + u_j ⊙ B), the expert's biases left out: linear in the part
+        inner = g_all.reshape(k, m, -1) * a + u_all.reshape(k, m, -1) * b  # [k, m, d_ff]
         if not bias_free:
-            parts.append(g_bias * a + u_bias * b)
-        out = torch.stack(parts) @ moe.down[e].to(dtype)  # [2 | 3, m, hidden]
-        out *= weight
-        own.index_add_(0, rows, out[0])
-        context.index_add_(0, rows, out[1])
-        if bias_free:
-            bias.index_add_(0, rows, moe.down_b[e].to(dtype) * weight)
+            inner[2] += b_g * a + b_u * b  # the bias part takes the expert's own biases
+        if explicit:  # the others' part through the down projection too
+            inner[0] -= inner[1]
+            if not bias_free:
+                inner[0] -= inner[2] - b_g * a - b_u * b
+            chosen = inner
         else:
-            out[2] += moe.down_b[e].to(dtype) * weight
-            bias.index_add_(0, rows, out[2])
+            chosen = inner[1:]  # own (and bias): the others' part by completeness
+        out = chosen @ moe.down[e].to(dtype)  # [k | k − 1, m, hidden]
+        out *= weight
+        if explicit:
+            context.index_add_(0, rows, out[0])
+            out = out[1:]
+        own.index_add_(0, rows, out[0])
+        expert_bias = moe.down_b[e].to(dtype) * weight  # [m, hidden]
+        bias.index_add_(0, rows, expert_bias if bias_free else out[1].add_(expert_bias))
+    if not explicit:
+        context = torch.sub(ff_out, own).sub_(bias)
+        return Parts(own, context, bias), bias
     remainder = torch.sub(ff_out, own).sub_(context)
     return Parts(own, context, remainder), bias

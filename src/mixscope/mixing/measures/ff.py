@@ -150,7 +150,7 @@ def _moe_check_parts(exact: BlockChain) -> Parts:
     flat = lambda v: v.reshape(-1, v.shape[-1])  # noqa: E731  [tokens, ·]
     count = flat(t.y).shape[0]
     parts, bias = moe_parts(
-        p.moe, exact.ff_input.rows(0, count), flat(t.y), t.ff_route, flat(t.ff_out)
+        p.moe, exact.ff_input.rows(0, count), flat(t.y), t.ff_route, flat(t.ff_out), explicit=True
     )
     assert parts.context is not None
     return Parts((parts.own + parts.context).view(shape), None, bias.view(shape))
