@@ -38,7 +38,8 @@ TOKEN_COLUMNS = (
     "is_masked",
 )
 
-_DUCK = {
+#: Arrow type → DuckDB type, for the typed NULL columns of empty views (views.py too)
+DUCK_TYPES = {
     pa.int8(): "TINYINT",
     pa.int16(): "SMALLINT",
     pa.int32(): "INTEGER",
@@ -154,6 +155,6 @@ def create_documents_view(con: Any, files: list[str]) -> None:
     if files:
         source = f"read_parquet({sql_list(files)}, {HIVE}, union_by_name = true)"
     else:
-        cols = ", ".join(f'NULL::{_DUCK[f.type]} AS "{f.name}"' for f in DOCUMENT_SCHEMA)
+        cols = ", ".join(f'NULL::{DUCK_TYPES[f.type]} AS "{f.name}"' for f in DOCUMENT_SCHEMA)
         source = f"(SELECT NULL::VARCHAR AS run_id, {cols} WHERE false)"
     con.execute(f"CREATE VIEW documents AS SELECT run_id, {names} FROM {source}")

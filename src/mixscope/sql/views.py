@@ -28,6 +28,7 @@ import pyarrow as pa
 from mixscope.errors import MixscopeError
 from mixscope.mixing.measures import MeasureSet
 from mixscope.sql.detail_views import (
+    DUCK_TYPES,
     HIVE,
     create_detail_views,
     create_documents_view,
@@ -172,15 +173,7 @@ def _token_strings_view(
 
 
 def _duck_type(t: Any) -> str:
-    return {
-        pa.int8(): "TINYINT",
-        pa.int16(): "SMALLINT",
-        pa.int32(): "INTEGER",
-        pa.int64(): "BIGINT",
-        pa.float32(): "FLOAT",
-        pa.float64(): "DOUBLE",
-        pa.string(): "VARCHAR",
-    }[t]
+    return DUCK_TYPES[t]
 
 
 def _sql_list(paths: list[str]) -> str:
