@@ -30,7 +30,7 @@ the shares add up to 1):
   own, the bare forward each process's whole share; both counted over the whole corpus),
   likewise scaled;
 - *host path*: the CPU time of the result thread's work in the probe's ``process(shard)``
-  (``ShardResults``: statistics, detail rows, Parquet, writes), per token, likewise scaled;
+  (``ShardAccumulator``: statistics, detail rows, Parquet, writes), per token, likewise scaled;
 - *tail*: the actor-seconds idle at the pool's end (``tail_idle_actor_s``) over the workers;
 - *the rest*: what is left, split into the time outside the actor pool (CLI start, planning
   and fingerprint, consolidation, records, Ray shutdown, process exit; less the Ray start)
@@ -232,8 +232,8 @@ def probe_child(args: argparse.Namespace) -> None:
 
         return timed
 
-    results.ShardResults._consume = thread_cpu(results.ShardResults._consume)  # type: ignore
-    results.ShardResults.finish = thread_cpu(results.ShardResults.finish)  # type: ignore
+    results.ShardAccumulator._consume = thread_cpu(results.ShardAccumulator._consume)  # type: ignore
+    results.ShardAccumulator.finish = thread_cpu(results.ShardAccumulator.finish)  # type: ignore
     host: dict[str, list[float]] = {d: [] for d in DETAILS}
 
     def process(detail: str) -> None:

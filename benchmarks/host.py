@@ -3,7 +3,7 @@
 What the host side of a shard costs per core, without the model: synthetic sequences
 (``SEQ_LEN`` tokens starting with [CLS] and ending with [SEP], token ids Zipf-distributed
 over the 30,522-word MiniLM vocabulary, ``LAYERS`` layers, measures uniform in [0, 1] with
-``attnres_w = attn_w / 2`` as the engine gives) go through ``ShardResults`` exactly as the
+``attnres_w = attn_w / 2`` as the engine gives) go through ``ShardAccumulator`` exactly as the
 worker feeds it: shards of ``--shard-seqs`` sequences in chunks of
 ``max(64, 4 * batch_size)`` sequences (the worker's chunks until they became 256k
 characters of text, about a whole default shard: fewer ``add`` calls now, so these figures
@@ -132,13 +132,13 @@ def documents(seqs: list) -> list:
 
 
 def _shard_results() -> Any:
-    """``ShardResults`` of the code on ``sys.path``: the current module name, or the
+    """``ShardAccumulator`` of the code on ``sys.path``: the current module name, or the
     baseline's (before the rename of runtime/results.py)."""
     try:
-        from mixscope.runtime.host_path import ShardResults
+        from mixscope.runtime.host_path import ShardAccumulator
     except ModuleNotFoundError:  # a baseline revision
-        from mixscope.runtime.results import ShardResults  # type: ignore[no-redef]
-    return ShardResults
+        from mixscope.runtime.results import ShardAccumulator  # type: ignore[no-redef]
+    return ShardAccumulator
 
 
 def _vocabulary() -> Any:
@@ -151,12 +151,12 @@ def _vocabulary() -> Any:
 
 
 def run_new(root: str, mode: str, vocab: Any, seqs: list, measures: list, chunk: int) -> dict:
-    """One shard through ShardResults (synchronous): wall and CPU seconds, of which finish,
+    """One shard through ShardAccumulator (synchronous): wall and CPU seconds, of which finish,
     bytes."""
     from mixscope.config import OutputSpec
     from mixscope.store.layout import Layout
 
-    ShardResults = _shard_results()
+    ShardAccumulator = _shard_results()
     detail, rate, precision = {**MODES, **GROUP_MODES}[mode]
     layout = Layout.open(root)
     out = OutputSpec(detail=detail, sample_rate=rate, precision=precision)
@@ -165,9 +165,9 @@ def run_new(root: str, mode: str, vocab: Any, seqs: list, measures: list, chunk:
         from mixscope.mixing.measures import measure_set
 
         groups = measure_set(ALL_GROUPS)
-        results = ShardResults(layout, f"bench-{mode}", 0, vocab, out, None, groups)
+        results = ShardAccumulator(layout, f"bench-{mode}", 0, vocab, out, None, groups)
     else:
-        results = ShardResults(layout, f"bench-{mode}", 0, vocab, out, None)
+        results = ShardAccumulator(layout, f"bench-{mode}", 0, vocab, out, None)
     for i in range(0, len(seqs), chunk):
         results.add(seqs[i : i + chunk], measures[i : i + chunk])
     mid = time.process_time()
@@ -213,10 +213,10 @@ def breakdown(root: str, tok: Any, seqs: list, measures: list, chunk: int, mode:
     from mixscope.config import OutputSpec
     from mixscope.store.layout import Layout
 
-    ShardResults, Vocabulary = _shard_results(), _vocabulary()
+    ShardAccumulator, Vocabulary = _shard_results(), _vocabulary()
     detail, rate, precision = MODES[mode]
     out = OutputSpec(detail=detail, sample_rate=rate, precision=precision)
-    results = ShardResults(Layout.open(root), "profile", 0, Vocabulary(tok), out, None)
+    results = ShardAccumulator(Layout.open(root), "profile", 0, Vocabulary(tok), out, None)
     profiler = cProfile.Profile()
     profiler.enable()
     for i in range(0, len(seqs), chunk):

@@ -2,7 +2,7 @@
 
 Writes a synthetic run in the layout a job writes (schema 2) through the worker's own result
 path: per shard, ``EncodedSequence`` objects and ``[layer, measure, seq]`` arrays go through
-``ShardResults.add`` in chunks of 64 sequences and ``finish`` (statistics partials, compact
+``ShardAccumulator.add`` in chunks of 64 sequences and ``finish`` (statistics partials, compact
 detail rows with ``output.detail`` full, documents; Parquet, temporary name + rename), then
 ``commit_shard`` per shard, the plan and the run record, and ``consolidate``. The data:
 12 layers, sequences of 128 tokens starting with [CLS] and ending with [SEP], 12% of the
@@ -54,7 +54,7 @@ LAYERS = 12
 SEQ_LEN = 128
 VOCAB = 30522
 SHARD_ROWS = 2_000_000
-CHUNK = 64  # sequences per ShardResults.add (the worker's chunks are now 256k characters)
+CHUNK = 64  # sequences per ShardAccumulator.add (the worker's chunks are now 256k characters)
 MASK_RATE = 0.12
 ZIPF_A = 1.07
 LIFT = 0.15  # the most frequent token's measures are this much higher on average
@@ -150,7 +150,7 @@ def shard_inputs(rng: np.random.Generator, zipf: Zipf, first_doc: int, n_seqs: i
 def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 0) -> dict:
     """A complete, consolidated run of about ``rows`` token-layer rows; sizes and times."""
     from mixscope.config import OutputSpec
-    from mixscope.runtime.host_path import ShardResults
+    from mixscope.runtime.host_path import ShardAccumulator
     from mixscope.runtime.shard_result import ShardResult
     from mixscope.stats.consolidate import consolidate
     from mixscope.stats.token_block import Vocabulary
@@ -197,7 +197,7 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
         t0 = time.perf_counter()
         seqs, measures, docs = shard_inputs(rng, zipf, first, count)
         t1 = time.perf_counter()
-        results = ShardResults(layout, run_id, shard_id, vocab, output, None)
+        results = ShardAccumulator(layout, run_id, shard_id, vocab, output, None)
         for i in range(0, count, CHUNK):
             results.add(seqs[i : i + CHUNK], measures[i : i + CHUNK])
         files = results.finish(docs)
@@ -438,7 +438,7 @@ def main() -> int:  # noqa: C901 - a script's steps, flag by flag
         )
         print(
             f"{'':>11}  written: {human(written['tokens'] / written['host_s'])} tokens/s through "
-            f"ShardResults ({written['host_s']:.1f}s), inputs generated in "
+            f"ShardAccumulator ({written['host_s']:.1f}s), inputs generated in "
             f"{written['generate_s']:.1f}s, consolidate {written['consolidate_s']:.1f}s"
         )
         rho = measured["rho"]

@@ -1,6 +1,6 @@
 """Results directories for the SQL tests: one from real jobs, one synthetic in the real schema.
 
-The synthetic directory is written through the worker's own result path (``ShardResults``:
+The synthetic directory is written through the worker's own result path (``ShardAccumulator``:
 statistics, detail, documents) and the store's primitives (``commit_shard``,
 ``consolidate``, ``write_run``), so its files, commit records and run records are exactly
 what a job writes; only the numbers are chosen, to hit edge cases:
@@ -27,7 +27,7 @@ import pyarrow as pa
 from mixscope.config import OutputSpec
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
-from mixscope.runtime.host_path import ShardResults
+from mixscope.runtime.host_path import ShardAccumulator
 from mixscope.runtime.shard_result import ShardResult
 from mixscope.stats.consolidate import consolidate
 from mixscope.stats.token_block import Vocabulary
@@ -222,7 +222,7 @@ def write_synthetic_run(
     rows = tokens = 0
     vocab = Vocabulary(SyntheticTokenizer())
     for shard_id, (seqs, measures) in enumerate(shards):
-        results = ShardResults(layout, run_id, shard_id, vocab, OutputSpec(detail="full"))
+        results = ShardAccumulator(layout, run_id, shard_id, vocab, OutputSpec(detail="full"))
         results.add(seqs, measures)
         docs = [
             Document(d, f"text {d}", f"/synthetic/{corpus}.txt", d)

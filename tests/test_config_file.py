@@ -12,13 +12,13 @@ import sys
 import pytest
 from transformers import AutoConfig, AutoTokenizer
 
+from mixscope.mixing.measures import resolved_measures
 from mixscope.models.adapters import adapter_for, adapter_for_config, supported_model_types
 from mixscope.models.config_file import DEFAULTS, STORED_AS, read_config, read_tokenizer_limit
 from mixscope.models.resolve import (
     config_facts,
     position_limit,
     resolved_max_length,
-    resolved_measures,
 )
 from run_helpers import DEMO
 from tiny_models import (

@@ -455,3 +455,43 @@ def test_soft_capped_scores_are_capped_on_the_fast_path(tiny, monkeypatch):
     wrong = table("fast")
     diff = max(np.abs(wrong[c].to_numpy() - eager[c].to_numpy()).max() for c in cols)
     assert diff > 1e-2
+
+
+def test_two_engines_in_two_threads_keep_their_own_forward_state(tiny):
+    """The fast path's per-forward state (each sequence's first real position, the mask
+    converted once) lives in a context variable, not module globals: two engines on two
+    models running their forwards at the same time in two threads, with different left
+    padding, each give exactly what they give alone."""
+    import threading
+
+    from mixscope.mixing.engine import MixingEngine
+    from mixscope.models.loading import load
+
+    def batch(tok, texts):
+        tok.padding_side = "left"
+        enc = tok(texts, padding=True, return_tensors="pt")
+        return enc["input_ids"], enc["attention_mask"]
+
+    runs = []
+    for family, texts in (("llama-gqa2", TEXTS[:2]), ("mistral", [TEXTS[3], TEXTS[1], TEXTS[0]])):
+        model, tok = tiny(family, torch.float32)
+        engine = MixingEngine(load((model, tok)), measures=["paper", "sink"], attention="fast")
+        ids, mask = batch(tok, texts)
+        runs.append((engine, ids, mask, engine.run(ids, mask).measures))
+    got: dict[int, list] = {0: [], 1: []}
+    start = threading.Barrier(2)
+
+    def work(k: int) -> None:
+        engine, ids, mask, _ = runs[k]
+        start.wait()
+        for _ in range(8):
+            got[k].append(engine.run(ids, mask).measures)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in (0, 1):
+        alone = runs[k][3]
+        assert len(got[k]) == 8 and all(torch.equal(m, alone) for m in got[k])

@@ -75,11 +75,11 @@ def test_every_docs_path_cited_in_the_package_exists():
 
 def test_the_architecture_table_is_generated_from_the_adapters():
     """The README's supported architectures are the adapters' data, not typed by hand."""
+    from mixscope.mixing.architectures import BEGIN, END, architecture_table
     from mixscope.models.adapters import supported_model_types
-    from mixscope.models.architectures import BEGIN, END, architecture_table
 
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split(BEGIN + "\n", 1)[1].split(END, 1)[0]
-    assert section == architecture_table(), "python -m mixscope.models.architectures --write"
+    assert section == architecture_table(), "python -m mixscope.mixing.architectures --write"
     for model_type in supported_model_types():
         assert f"`{model_type}`" in section

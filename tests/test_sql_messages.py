@@ -252,7 +252,7 @@ def test_the_shards_minimum_document_does_not_depend_on_chunking(tmp_path):
     import pyarrow.parquet as pq
 
     from mixscope.corpus.plan import Document
-    from mixscope.runtime.host_path import ShardResults
+    from mixscope.runtime.host_path import ShardAccumulator
     from mixscope.stats.detail import doc_hash
     from mixscope.stats.token_block import Vocabulary
 
@@ -266,7 +266,7 @@ def test_the_shards_minimum_document_does_not_depend_on_chunking(tmp_path):
     kept = []
     for k, chunk in enumerate((len(seqs), 1)):
         layout = Layout.open(str(tmp_path / str(k)))
-        results = ShardResults(layout, "r", 0, Vocabulary(sf.SyntheticTokenizer()), output)
+        results = ShardAccumulator(layout, "r", 0, Vocabulary(sf.SyntheticTokenizer()), output)
         for i in range(0, len(seqs), chunk):
             results.add(seqs[i : i + chunk], measures[i : i + chunk])
         files = results.finish(docs)

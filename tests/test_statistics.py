@@ -369,7 +369,7 @@ def test_queries_are_right_at_every_commit_and_consolidation(tmp_path):
     import sql_fixtures as sf
     from mixscope.config import OutputSpec
     from mixscope.corpus.plan import Document
-    from mixscope.runtime.host_path import ShardResults
+    from mixscope.runtime.host_path import ShardAccumulator
     from mixscope.stats.token_block import Vocabulary
 
     rng = np.random.default_rng(2)
@@ -380,7 +380,7 @@ def test_queries_are_right_at_every_commit_and_consolidation(tmp_path):
     vocab = Vocabulary(sf.SyntheticTokenizer())
     records, want_n, want_sum = [], [], []
     for k, (encoded, measures) in enumerate(shards):  # every shard's files first, uncommitted
-        results = ShardResults(layout, "r", k, vocab, OutputSpec(detail="full"))
+        results = ShardAccumulator(layout, "r", k, vocab, OutputSpec(detail="full"))
         results.add(encoded, measures)
         files = results.finish([Document(s.doc_id, "", "f", 0) for s in encoded])
         records.append(
@@ -578,5 +578,5 @@ def test_a_shard_added_block_by_block_equals_the_whole_block():
 
 
 def files_of(files: dict) -> dict[str, FileEntry]:
-    """The commit record's files from ``ShardResults.finish``'s manifest entries."""
+    """The commit record's files from ``ShardAccumulator.finish``'s manifest entries."""
     return {k: FileEntry.from_json(e, k) for k, e in files.items()}

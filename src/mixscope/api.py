@@ -82,7 +82,7 @@ def _prepare(
         rules = "|".join(MASK_COUNTS)
         raise MixscopeError(f"mask_count must be one of {rules}, got {mask_count!r}")
     if measures is not None and isinstance(model, str):  # a group that does not apply:
-        from mixscope.models.resolve import resolved_measures  # before the weights load
+        from mixscope.mixing.measures import resolved_measures  # before the weights load
 
         resolved_measures(model, measures, revision=revision)
     loaded = load(model, revision=revision, dtype=dtype, device=device, progress=progress)

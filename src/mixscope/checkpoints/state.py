@@ -18,9 +18,6 @@ from typing import Any
 from mixscope.errors import CorruptRecordError
 from mixscope.store.layout import Layout
 
-#: what a checkpoint's ``status`` can be
-STATUSES = ("running", "done", "failed")
-
 
 def checkpoint_id(key: str) -> str:
     return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()

@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from mixscope.config import CorpusSpec
-from mixscope.corpus.readers import (
+from mixscope.corpus.records import (
     MISSING_COLUMN,
     MISSING_FIELD,
     NOT_TEXT,

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 
 from mixscope.config import CorpusSpec
 from mixscope.corpus.hf import hf_sources, hub_digest, is_hub
-from mixscope.corpus.readers import UNPAIRED, Record, iter_records
+from mixscope.corpus.readers import iter_records
+from mixscope.corpus.records import UNPAIRED, Record
 from mixscope.corpus.sources import expand_paths, open_input
 
 MAX_BAD_EXAMPLES = 20

@@ -12,9 +12,12 @@ compiled flex attention on CUDA (flex_capped.py), an exact chunked attention els
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -36,28 +39,55 @@ def _warn_once(key: str, message: str) -> None:
         log.warning(message)
 
 
-# the last boolean mask converted, and its conversion: every layer of a forward gets the
-# same mask object, so it is converted once per forward, not once per layer
-_converted: list[Any] = [None, None, None]  # [weakref to the bool mask, dtype, additive]
+@dataclass
+class ForwardState:
+    """What one engine forward shares between its layers' attention calls: the first real
+    position of each sequence (left padding moves it; None: α_i0 is not computed) and the
+    last boolean mask converted (every layer gets the same mask object, so it is converted
+    once per forward, not once per layer). Held in a context variable for the forward's
+    duration (:func:`forward_state`), never in module globals: two engines in one process,
+    in two threads, each see their own."""
+
+    first: torch.Tensor | None = None  # [batch] long
+    converted: list[Any] = field(default_factory=lambda: [None, None, None])  # ref, dtype, mask
+
+
+_STATE: contextvars.ContextVar[ForwardState | None] = contextvars.ContextVar(
+    "mixscope_forward", default=None
+)
+
+
+@contextlib.contextmanager
+def forward_state(first: torch.Tensor | None = None) -> Iterator[ForwardState]:
+    """A fresh :class:`ForwardState` for the forward inside (the engine's); dropped after."""
+    token = _STATE.set(ForwardState(first))
+    try:
+        yield _STATE.get()  # type: ignore[misc]
+    finally:
+        _STATE.reset(token)
+
+
+def current_state() -> ForwardState | None:
+    """The state of the forward running in this context; None outside an engine forward."""
+    return _STATE.get()
 
 
 def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """A boolean keep-mask (True = attend) as an additive one (0 / −inf) in ``dtype``."""
+    """A boolean keep-mask (True = attend) as an additive one (0 / −inf) in ``dtype``;
+    converted once per forward inside an engine forward (:class:`ForwardState`)."""
     if mask is None or mask.dtype != torch.bool:
         return None if mask is None else mask.to(dtype)
-    ref, cached_dtype, cached = _converted
-    if ref is not None and ref() is mask and cached_dtype == dtype:
-        return cached
+    state = _STATE.get()
+    if state is not None:
+        ref, cached_dtype, cached = state.converted
+        if ref is not None and ref() is mask and cached_dtype == dtype:
+            return cached
     out = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
         ~mask, float("-inf")
     )
-    _converted[:] = [weakref.ref(mask), dtype, out]
+    if state is not None:
+        state.converted[:] = [weakref.ref(mask), dtype, out]
     return out
-
-
-def release_masks() -> None:
-    """Drop the cached conversion (the engine calls this after every forward)."""
-    _converted[:] = [None, None, None]
 
 
 def chunked_logsumexp(

@@ -29,7 +29,7 @@ from mixscope.mixing.block_weights import BlockWeights
 from mixscope.mixing.capture import Capture, ForwardDone
 from mixscope.mixing.chain import BlockChain
 from mixscope.mixing.exactness import attention_sum, check_residuals
-from mixscope.mixing.fast_attention import FAST_ATTENTION, first_positions, register, release_masks
+from mixscope.mixing.fast_attention import FAST_ATTENTION, forward_state, register
 from mixscope.mixing.measures import GROUPS, MeasureSet, Selection, select
 from mixscope.mixing.measures.base import BatchInfo
 from mixscope.mixing.pairs import pair_norms
@@ -228,14 +228,13 @@ class MixingEngine:
         try:
             with (
                 capture.hooks(batch, lambda i, store: self._finish(capture, i, store, out, pairs)),
-                first_positions(batch.first if first else None),
+                forward_state(batch.first if first else None),
                 attention_implementation(model, implementation),
             ):
                 model(**inputs)  # ends early: the model's output is never read
         except ForwardDone:
             pass
         finally:
-            release_masks()
             model.train(was_training)
 
         per_layer, per_layer_pairs, max_err = out

@@ -32,7 +32,8 @@ from mixscope.mixing.attention_kernels import (
     attention_with_lse,
     capped_attention_with_lse,
     chunked_logsumexp,
-    release_masks,
+    current_state,
+    forward_state,
 )
 
 __all__ = [
@@ -44,9 +45,9 @@ __all__ = [
     "chunked_logsumexp",
     "first_positions",
     "first_weights",
+    "forward_state",
     "mixscope_attention_forward",
     "register",
-    "release_masks",
     "self_weights",
 ]
 
@@ -65,21 +66,12 @@ class FastWeights:
     sink: torch.Tensor | None = None
 
 
-# the first real position of each sequence of the batch being run ([batch] long), set by
-# the engine around its forward (left padding moves it) when a selected group reads α_i0;
-# None: α_i0 is not computed
-_first: list[torch.Tensor | None] = [None]
-
-
 @contextlib.contextmanager
 def first_positions(first: torch.Tensor | None) -> Iterator[None]:
     """The first real position [batch] of each sequence, for the forward inside (None:
-    no α_i0)."""
-    _first[0] = first
-    try:
+    no α_i0): a :func:`forward_state` of its own (tests; the engine opens one per forward)."""
+    with forward_state(first):
         yield
-    finally:
-        _first[0] = None
 
 
 def _weights_at(
@@ -205,7 +197,8 @@ def mixscope_attention_forward(
         out, lse, sink = with_learned_sinks(out, lse, sinks)
     cap = None if softcap is None else float(softcap)
     alpha_self = self_weights(query, key, attention_mask, lse, scale, cap)  # [b, heads, seq]
-    first = _first[0]
+    state = current_state()
+    first = None if state is None else state.first
     alpha_first = None
     if first is not None:
         alpha_first = first_weights(query, key, attention_mask, lse, scale, first, cap)

@@ -147,12 +147,3 @@ def resolved_max_length(spec: str, wanted: int | None, *, revision: str | None =
     if tokenizer is None:
         tokenizer = load_tokenizer(spec, revision=revision)
     return check_max_length(wanted, position_limit(config, tokenizer))
-
-
-def resolved_measures(spec: str, names: Any, *, revision: str | None = None) -> Any:
-    """The measure groups a job on ``spec`` computes (``all`` expanded, a group that does
-    not apply refused), from the model's config alone: a
-    :class:`~mixscope.mixing.measures.Selection`."""
-    from mixscope.mixing.measures import select
-
-    return select(names, adapter_for_config(config_facts(spec, revision=revision)))

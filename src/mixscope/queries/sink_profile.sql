@@ -3,6 +3,7 @@
 -- param: run_id = null | only this run (default: every run)
 -- columns: run_id, layer, category, tokens, sink_w, sink_n, gap, lsink_w
 -- group: sink
+-- also: learned_sink
 -- Token-level means (Σ / n) from layer_stats, so the same answer in every output.detail
 -- mode; category 'all' pools every token of the layer. gap = sink_w - sink_n: how much more
 -- of the attention weight than of the vector norm goes to the first position ([CLS], BOS or

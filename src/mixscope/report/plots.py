@@ -295,6 +295,7 @@ def sink_profile(profile: list[dict], title: str) -> Any:
     from mixscope.mixing.measures import GROUPS
 
     weight, norm = (c.name for c in GROUPS["sink"].columns)  # the query's two columns
+    (learned,) = (c.name for c in GROUPS["learned_sink"].columns)  # its learned sinks' mass
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 5.5), layout="constrained")
     layers = sorted({int(r["layer"]) for r in profile})
@@ -329,10 +330,10 @@ def sink_profile(profile: list[dict], title: str) -> Any:
             markersize=4,
             label=f"{name}: norm",
         )
-        if any(r.get("lsink_w") is not None for r in rows):  # gpt-oss: a learned sink's mass
+        if any(r.get(learned) is not None for r in rows):  # gpt-oss: a learned sink's mass
             ax.plot(
                 xs,
-                [100 * (r["lsink_w"] or 0.0) for r in rows],
+                [100 * (r[learned] or 0.0) for r in rows],
                 ":",
                 marker="^",
                 color=color,

@@ -31,7 +31,7 @@ from mixscope.store.schema import DOCUMENT_SCHEMA
 from mixscope.store.writer import ParquetBuffer, write_bytes, write_parquet
 
 
-class ShardResults:
+class ShardAccumulator:
     """Collects one shard's results chunk by chunk; ``finish`` writes its files."""
 
     def __init__(

@@ -89,7 +89,8 @@ def prepare(spec: JobSpec, *, write: bool = True, plan: CorpusPlan | None = None
     and shard size (``checkpoints sync`` plans once for every checkpoint); it is used
     unless documents are pairs, which are selected with the model's own tokenizer.
     """
-    from mixscope.models.resolve import resolved_max_length, resolved_measures
+    from mixscope.mixing.measures import resolved_measures
+    from mixscope.models.resolve import resolved_max_length
 
     a = spec.analysis
     if spec.corpus.pairs:  # pairs are selected (and counted) with the model's tokenizer
@@ -122,10 +123,10 @@ def prepare(spec: JobSpec, *, write: bool = True, plan: CorpusPlan | None = None
 
 
 def _scopes(spec: JobSpec) -> dict[str, str | None]:
-    """Which norm each scope of the model's blocks used (models/architectures.py), from
+    """Which norm each scope of the model's blocks used (mixing/architectures.py), from
     its config facts (no weights, no torch for a local model)."""
+    from mixscope.mixing.architectures import scope_norms
     from mixscope.models.adapters import adapter_for_config
-    from mixscope.models.architectures import scope_norms
     from mixscope.models.resolve import config_facts
 
     facts = config_facts(spec.model, revision=spec.analysis.revision)

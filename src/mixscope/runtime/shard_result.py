@@ -34,7 +34,7 @@ class ShardResult:
 
     @staticmethod
     def entries(files: Mapping[str, Mapping[str, Any]]) -> dict[str, FileEntry]:
-        """The typed entries of what ``ShardResults.finish`` wrote (path, bytes, sha256,
+        """The typed entries of what ``ShardAccumulator.finish`` wrote (path, bytes, sha256,
         rows per kind)."""
         return {k: FileEntry.from_json(e, f"files.{k}") for k, e in files.items()}
 

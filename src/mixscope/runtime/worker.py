@@ -33,7 +33,7 @@ from mixscope.mixing.engine import MixingEngine
 from mixscope.models.loading import load
 from mixscope.models.resolve import load_tokenizer
 from mixscope.runtime import faults
-from mixscope.runtime.host_path import ShardResults
+from mixscope.runtime.host_path import ShardAccumulator
 from mixscope.runtime.shard_result import ShardResult
 from mixscope.stats.token_block import Vocabulary
 from mixscope.store.layout import Layout
@@ -184,7 +184,7 @@ class ShardWorker:
         docs, first = self._first(shard)
         # tokenize the next chunk while the model runs on this one
         chunks = self._chunks(docs)
-        results = ShardResults(
+        results = ShardAccumulator(
             self.layout,
             self.run_id,
             shard.shard_id,

@@ -5,6 +5,7 @@
     -- param: run_id = null | what it does       (default parsed as YAML; ``required``: no default)
     -- columns: run_id, measure, …               (the output contract)
     -- group: sink                               (optional: the measure group(s) it reads)
+    -- also: learned_sink                        (optional: groups it shows where a run has them)
 
 Parameters are bound by DuckDB (``$name``), never pasted into the SQL text.
 
@@ -46,6 +47,8 @@ class NamedQuery:
     columns: tuple[str, ...] = field(default_factory=tuple)
     #: the measure groups the query reads (its measures' groups), every one needed per run
     groups: tuple[str, ...] = ()
+    #: groups whose measures it shows where a run has them (NULL elsewhere), not needed
+    also: tuple[str, ...] = ()
 
     def expanded_columns(self, measures: list[str], stored: list[str]) -> tuple[str, ...]:
         """The ``columns`` header with its measure lists expanded (``expand``)."""
@@ -94,7 +97,7 @@ def _coerce(value: Any, p: Param, query: str) -> Any:
     return value
 
 
-_HEADER = re.compile(r"^--\s*(name|description|param|columns|group):\s*(.*)$")
+_HEADER = re.compile(r"^--\s*(name|description|param|columns|group|also):\s*(.*)$")
 #: ``{{measures:FORMAT}}`` / ``{{stored:FORMAT}}``: a measure list (module docstring)
 _LIST = re.compile(r"\{\{(measures|stored):(.*?)\}\}")
 
@@ -145,8 +148,10 @@ def parse(text: str) -> NamedQuery:
             meta["params"].append(Param(pname.strip(), parsed, help_text.strip()))
         elif key == "columns":
             meta["columns"] = tuple(c.strip() for c in value.split(","))
-        elif key == "group":
-            meta["groups"] = tuple(g.strip() for g in value.split(",") if g.strip())
+        elif key in ("group", "also"):
+            meta["groups" if key == "group" else key] = tuple(
+                g.strip() for g in value.split(",") if g.strip()
+            )
         else:
             meta[key] = value.strip()
     if "name" not in meta:
@@ -158,6 +163,7 @@ def parse(text: str) -> NamedQuery:
         tuple(meta["params"]),
         meta.get("columns", ()),
         meta.get("groups", ()),
+        meta.get("also", ()),
     )
 
 
@@ -210,7 +216,7 @@ def _needs_groups(con: Any, q: NamedQuery, run_id: str | None) -> None:
     computed")."""
     from mixscope.mixing.measures import GROUPS
 
-    unknown = [g for g in q.groups if g not in GROUPS]
+    unknown = [g for g in (*q.groups, *q.also) if g not in GROUPS]
     if unknown:
         raise MixscopeError(f"query {q.name} reads an unknown measure group {unknown[0]!r}")
     have: dict[str, set[str]] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mixscope.choices import (
     ALL_GROUPS,
@@ -165,3 +165,13 @@ def stored_measures_of(names: Iterable[str]) -> tuple[str, ...]:
 
 #: the suffixes of a stored measure's statistics columns (store/schema.py)
 _STATS = frozenset({"sum", "sumsq", "min", "max", "seq_sum", "seq_sumsq"})
+
+
+def resolved_measures(spec: str, names: Any, *, revision: str | None = None) -> Selection:
+    """The measure groups a job on the model ``spec`` computes (``all`` expanded, a group
+    that does not apply refused), from the model's config alone: no weights load (the run's
+    identity needs it before any worker starts)."""
+    from mixscope.models.adapters import adapter_for_config
+    from mixscope.models.resolve import config_facts
+
+    return select(names, adapter_for_config(config_facts(spec, revision=revision)))

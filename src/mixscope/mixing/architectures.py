@@ -5,7 +5,7 @@ of the block's chain, mixing/chain.py), the configuration variants, the measure 
 that apply (each group's ``unsupported``) and the transformers release its model types
 need (models/transformers_needed.py), so the README cannot drift from the code:
 ``tests/test_readme.py`` checks the README's section against :func:`architecture_table`,
-and ``python -m mixscope.models.architectures --write`` rewrites it.
+and ``python -m mixscope.mixing.architectures --write`` rewrites it.
 """
 
 from __future__ import annotations
