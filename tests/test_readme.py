@@ -17,12 +17,29 @@ def _readme_tool():
     return module
 
 
-def test_every_marked_section_is_its_benchmark_output():
+@pytest.mark.parametrize("doc", ["README.md", "docs/performance.md"])
+def test_every_marked_section_is_its_benchmark_output(doc):
     tool = _readme_tool()
+    text = (REPO / doc).read_text(encoding="utf-8")
+    assert tool.SECTION.search(text), f"{doc} marks no benchmark section"
+    _, stale = tool.spliced(text)
+    assert stale == [], f"stale {doc} sections {stale}: run python benchmarks/readme.py"
+
+
+def test_the_readme_s_performance_summary_is_the_benchmarks_bold_figures():
+    """The README's headline lines are generated: each names its benchmark, its row and
+    column, and the figure as the results file prints it (here a two-table file)."""
+    tool = _readme_tool()
+    lines = tool.headlines().splitlines()
+    assert len(lines) >= len(tool.HEADLINES)
+    ff = (REPO / "benchmarks" / "results" / "ff.md").read_text(encoding="utf-8")
+    bold = [c for ln in ff.splitlines() if ln.startswith("|") for c in ln.split("|") if "**" in c]
+    mine = [ln for ln in lines if ln.startswith("- the `ff` group")]
+    assert len(mine) == len(bold)  # one line per bold figure, each naming its row
+    for line, cell, row in zip(mine, bold, [r for r in ff.splitlines() if "**" in r], strict=True):
+        assert line.endswith(cell.strip()) and row.strip("| ").split(" |")[0] in line
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert tool.SECTION.search(readme), "the README marks no benchmark section"
-    _, stale = tool.spliced(readme)
-    assert stale == [], f"stale README sections {stale}: run python benchmarks/readme.py"
+    assert tool.headlines() in readme
 
 
 def test_splicing_replaces_only_the_marked_body(tmp_path):
