@@ -33,7 +33,7 @@ test: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "" --reliability-report=docs/reliability.md
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "" --durations=25 --reliability-report=docs/reliability.md
 
 # the fast tier only (no real model, no Ray cluster, no whole jobs): seconds, for editing
 test-fast: install

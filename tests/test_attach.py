@@ -147,13 +147,13 @@ def test_a_shell_without_a_token_is_told_where_one_goes(head, tmp_path):
 
 def test_an_address_where_nothing_answers_fails_in_one_line(head, tmp_path):
     """Ray's client retries such an address for as long as the driver lives (a line every
-    40 s); the probe gives up after ``WAIT_SECONDS`` and says what grpc saw."""
+    40 s); the probe gives up after ``WAIT_SECONDS`` (10 s; the test shortens it through
+    its setting, ``MIXSCOPE_ATTACH_WAIT_SECONDS``) and says what grpc saw."""
     address = f"127.0.0.1:{free_port()}"  # nobody listens on it once it is closed
-    line = _refused(
-        _run({**head, "address": address}, tmp_path / "out", _shell(head["home"])), address
-    )
+    shell = _shell(head["home"], MIXSCOPE_ATTACH_WAIT_SECONDS="2")
+    line = _refused(_run({**head, "address": address}, tmp_path / "out", shell), address)
     assert line.endswith(
-        f"nothing answered there in 10 s (Connection refused); is it up? "
+        f"nothing answered there in 2 s (Connection refused); is it up? "
         f"(`ray status --address {address}`)"
     )
 

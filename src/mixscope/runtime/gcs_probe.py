@@ -26,8 +26,10 @@ from mixscope.runtime.auth import auth_hint, token_sent
 #: the first call Ray's GCS client makes (``NodeInfoGcsService`` in gcs_service.proto); its
 #: request has no fields, so an empty message is a valid one
 CALL = "/ray.rpc.NodeInfoGcsService/GetClusterId"
-#: how long an address where nothing answers is retried (a head still starting)
+#: how long an address where nothing answers is retried (a head still starting), unless
+#: ``MIXSCOPE_ATTACH_WAIT_SECONDS`` says otherwise (the tests shorten it that way)
 WAIT_SECONDS = 10.0
+
 #: how grpc begins a name it could not resolve (not a head still starting: no wait)
 UNRESOLVED = "errors resolving"
 #: how grpc says the server answered in something else than HTTP/2 (an HTTP/1 server)
@@ -47,13 +49,15 @@ def check_gcs(
     address: str, environ: Mapping[str, str] | None = None, *, named: str | None = None
 ) -> None:
     """Raise one line when the GCS at ``address`` cannot be attached to: nothing answers
-    within ``WAIT_SECONDS``, or it refuses this process's authentication. Returns when it
-    answered or answered something only Ray can judge. ``named``: the address as the user
+    within :data:`WAIT_SECONDS` (or ``MIXSCOPE_ATTACH_WAIT_SECONDS``), or it refuses this
+    process's authentication. Returns when it answered or answered something only Ray can
+    judge. ``named``: the address as the user
     gave it, where that is not ``address`` (``auto``)."""
     import grpc
 
     at = f"cannot reach the Ray cluster at {named or address}"
     env = os.environ if environ is None else environ
+    wait = float(env.get("MIXSCOPE_ATTACH_WAIT_SECONDS", WAIT_SECONDS))
     token = token_sent(env)
     metadata = [(HEADER, f"Bearer {token}")] if token else None
     # Ray's own channels bypass an HTTP proxy (its grpc_enable_http_proxy is off)
@@ -63,7 +67,7 @@ def check_gcs(
             CALL, request_serializer=lambda m: m, response_deserializer=lambda m: m
         )
         try:
-            call(b"", timeout=WAIT_SECONDS, metadata=metadata, wait_for_ready=False)
+            call(b"", timeout=wait, metadata=metadata, wait_for_ready=False)
             return
         except grpc.RpcError as first:
             failure = first
@@ -79,21 +83,20 @@ def check_gcs(
             )
         if unavailable:
             reason = _reason(details)
-            try:  # a head still starting: wait for it to listen, as long as WAIT_SECONDS
-                call(b"", timeout=WAIT_SECONDS, metadata=metadata, wait_for_ready=True)
+            try:  # a head still starting: wait for it to listen, as long as ``wait``
+                call(b"", timeout=wait, metadata=metadata, wait_for_ready=True)
                 return
             except grpc.RpcError as second:
                 failure = second
             if failure.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise MixscopeError(
                     f"{at}: nothing answered there in "
-                    f"{WAIT_SECONDS:g} s ({reason}); is it up? (`ray status --address {address}`)"
+                    f"{wait:g} s ({reason}); is it up? (`ray status --address {address}`)"
                 )
     code = failure.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         raise MixscopeError(
-            f"{at}: no answer in {WAIT_SECONDS:g} s "
-            f"(is it up, and is the port open to this machine?)"
+            f"{at}: no answer in {wait:g} s (is it up, and is the port open to this machine?)"
         )
     if code == grpc.StatusCode.UNAUTHENTICATED:
         raise MixscopeError(f"{at}: {auth_hint(env, refused=True)}")
