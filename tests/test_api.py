@@ -197,12 +197,13 @@ def test_weight_loading_bars_stay_off_unless_asked(minilm_path, capfd):
     there with ``progress=True``, and the global setting restored either way."""
     from transformers.utils import logging as hf_logging
 
+    before = hf_logging.is_progress_bar_enabled()  # a CLI test in this process may turn it off
     mixscope.analyze(str(minilm_path), ["A sentence."])
     quiet = capfd.readouterr().err
     mixscope.analyze(str(minilm_path), ["A sentence."], progress=True)
     shown = capfd.readouterr().err
     assert "Loading weights" not in quiet and "Loading weights" in shown
-    assert hf_logging.is_progress_bar_enabled()
+    assert hf_logging.is_progress_bar_enabled() == before
 
 
 def test_all_reports_the_groups_it_skipped(tiny):

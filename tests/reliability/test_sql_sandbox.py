@@ -134,6 +134,8 @@ def test_sql_allows_read_only_statement_kinds(real_root):
 # -- parameter binding ------------------------------------------------------------------------
 
 
+#: parameters that name runs (ids or unique prefixes): a value that names none is an error
+RUN_PARAMS = {"run_id", "a", "b"}
 STRING_PARAMS = {
     "summary": ["run_id"],
     "layer_profile": ["run_id"],
@@ -169,6 +171,11 @@ def test_parameters_are_values_not_sql(synth_root):
             choices = [params] if name.startswith("compare_") else [[p] for p in params] + [params]
             for chosen in choices:
                 given = {p: value for p in chosen}
+                if set(given) & RUN_PARAMS:  # no run has that id: said so, the value quoted
+                    with pytest.raises(MixscopeError, match="no selected run") as err:
+                        run_query(con, name, given)
+                    assert value in str(err.value) and "\n" not in str(err.value)
+                    continue
                 if "reference" in given:  # a value: no such table, said so (not run as SQL)
                     with pytest.raises(MixscopeError, match="no reference frequency table"):
                         run_query(con, name, given)
@@ -180,10 +187,10 @@ def test_parameters_are_values_not_sql(synth_root):
                 assert run_query(con, name, given).fetchall() == [], (name, given)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == len(synth_root["runs"])
     assert con.execute("SELECT count(*) FROM tokens").fetchone()[0] == n_tokens
-    # through the CLI as well
+    # through the CLI as well: a value that names no run is one line naming it
     result = _invoke("query", root, "summary", "--param", f"run_id={EVIL}")
-    assert result.exit_code == 0, result.output
-    assert result.stdout.strip().endswith("(0 rows)")
+    assert result.exit_code == 1, result.output
+    assert EVIL in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert tree_digest(root) == before
 
 
