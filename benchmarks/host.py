@@ -132,13 +132,20 @@ def documents(seqs: list) -> list:
 
 
 def _shard_results() -> Any:
-    """``ShardAccumulator`` of the code on ``sys.path``: the current module name, or the
-    baseline's (before the rename of runtime/results.py)."""
-    try:
-        from mixscope.runtime.host_path import ShardAccumulator
-    except ModuleNotFoundError:  # a baseline revision
-        from mixscope.runtime.results import ShardAccumulator  # type: ignore[no-redef]
-    return ShardAccumulator
+    """``ShardAccumulator`` of the code on ``sys.path``: the current name, or a baseline
+    revision's (``ShardResults``, in runtime/host_path.py or, earlier, runtime/results.py)."""
+    import importlib
+
+    for module, name in (
+        ("mixscope.runtime.host_path", "ShardAccumulator"),
+        ("mixscope.runtime.host_path", "ShardResults"),
+        ("mixscope.runtime.results", "ShardResults"),
+    ):
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ModuleNotFoundError, AttributeError):
+            continue
+    raise ImportError("no shard accumulator in this revision")
 
 
 def _vocabulary() -> Any:
