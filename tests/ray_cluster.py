@@ -36,16 +36,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` free ports, all different: each socket stays bound until every port is
+    chosen (one free_port() after another may be handed the port just released, and Ray
+    refuses a node whose components share one)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def _ports() -> list[str]:
     """Every port a node opens on its own, chosen free (defaults clash between instances)."""
-    return [
-        "--node-manager-port", str(free_port()),
-        "--object-manager-port", str(free_port()),
-        "--metrics-export-port", str(free_port()),
-        "--dashboard-agent-listen-port", str(free_port()),
-        "--dashboard-agent-grpc-port", str(free_port()),
-        "--runtime-env-agent-port", str(free_port()),
-    ]  # fmt: skip
+    names = ("--node-manager-port", "--object-manager-port", "--metrics-export-port",
+             "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+             "--runtime-env-agent-port")  # fmt: skip
+    return [x for name, port in zip(names, free_ports(len(names)), strict=True)
+            for x in (name, str(port))]  # fmt: skip
 
 
 def driver_env() -> dict[str, str]:
@@ -124,17 +135,17 @@ def default_head(
     ``RAY_AUTH_MODE``), with the ports that clash between instances chosen free. Yields
     ``127.0.0.1:PORT`` once the runtime is up; stopped, and ``ray_current_cluster`` put
     back as it was, on exit."""
-    port = free_port()
+    port, listen, grpc, runtime_env, metrics, client = free_ports(6)  # all different
     if env is None:
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     address_file = AddressFile()
     command = [
         RAY, "start", "--head", "--block", "--port", str(port), "--disable-usage-stats",
-        "--dashboard-agent-listen-port", str(free_port()),
-        "--dashboard-agent-grpc-port", str(free_port()),
-        "--runtime-env-agent-port", str(free_port()),
-        "--metrics-export-port", str(free_port()),
-        "--ray-client-server-port", str(free_port()),
+        "--dashboard-agent-listen-port", str(listen),
+        "--dashboard-agent-grpc-port", str(grpc),
+        "--runtime-env-agent-port", str(runtime_env),
+        "--metrics-export-port", str(metrics),
+        "--ray-client-server-port", str(client),
         *args,
     ]  # fmt: skip
     with log.open("wb") as out:
@@ -229,6 +240,7 @@ class LocalCluster:
         return node
 
     def start_head(self, num_cpus: int = 1) -> Node:
+        dashboard, client = free_ports(2)
         node = self._start(
             "head",
             [
@@ -240,9 +252,9 @@ class LocalCluster:
                 "--include-dashboard",
                 "false",
                 "--dashboard-port",
-                str(free_port()),
+                str(dashboard),
                 "--ray-client-server-port",
-                str(free_port()),
+                str(client),
                 "--min-worker-port",
                 "0",
                 "--max-worker-port",
