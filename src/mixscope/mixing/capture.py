@@ -65,8 +65,8 @@ class Capture:
     ) -> None:
         self.points = points
         self.params = params
-        self.needs = points.expand(needs)
-        # per block: a block with experts reads its router where a dense one its up projection
+        # per block (unknown points refused here): a block with experts reads its router where
+        # a dense one reads its up projection
         self.block_needs = [points.expand(needs, i) for i in range(points.num_layers)]
         self.stat_dtype = stat_dtype
         self.full_alpha = full_alpha  # keep α whole (per-pair maps, the exactness check)

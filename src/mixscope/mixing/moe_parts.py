@@ -87,7 +87,8 @@ def moe_parts(
     bias = torch.zeros_like(y_real)
     # no bias part reaches the experts (Llama-like blocks: no b_O, no β) and they have no
     # biases: its output is 0 (then a third fewer products)
-    bias_free = moe.act is not None and not bool(y.bias.any())
+    expert_biases = (moe.gate_b, moe.up_b, moe.down_b)
+    bias_free = not bool(y.bias.any()) and not any(bool(b.any()) for b in expert_biases)
     y_bias = y.bias.expand_as(y_real)
     gates, experts = route
     for e in experts.unique().tolist():

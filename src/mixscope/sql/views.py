@@ -71,7 +71,7 @@ def _stats_view(
     keys = ", ".join(kind.key_names)
     columns = ", ".join((*kind.key_names, *(v for v, _, _ in kind.values)))
     merged = ", ".join(
-        f"{op}({sql_value(kind, v)})::{_duck_type(t)} AS {v}" for v, t, op in kind.values
+        f"{op}({sql_value(kind, v)})::{DUCK_TYPES[t]} AS {v}" for v, t, op in kind.values
     )
     parts = []
     if files.consolidated:
@@ -89,8 +89,8 @@ def _stats_view(
         )
     if not parts:  # no statistics yet: the right columns, no rows
         cols = ["NULL::VARCHAR AS run_id"]
-        cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t in kind.keys]
-        cols += [f"NULL::{_duck_type(t)} AS {n}" for n, t, _ in kind.values]
+        cols += [f"NULL::{DUCK_TYPES[t]} AS {n}" for n, t in kind.keys]
+        cols += [f"NULL::{DUCK_TYPES[t]} AS {n}" for n, t, _ in kind.values]
         parts.append(f"SELECT {', '.join(cols)} WHERE false")
     union = " UNION ALL ".join(parts)
     prefixes = tuple(f"{m}_" for m in ms.stored)
@@ -170,10 +170,6 @@ def _token_strings_view(
         "CREATE VIEW token_strings AS SELECT run_id, token_id, min(token) AS token "
         f"FROM ({' UNION ALL '.join(parts)}) GROUP BY run_id, token_id"
     )
-
-
-def _duck_type(t: Any) -> str:
-    return DUCK_TYPES[t]
 
 
 def _sql_list(paths: list[str]) -> str:
