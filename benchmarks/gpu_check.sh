@@ -9,7 +9,7 @@
 #      forward), written to benchmarks/results/*-gpu.md, where benchmarks/readme.py splices
 #      them into the README (run it after this).
 # It needs what the lent machine's image has and nothing else: python3 with torch,
-# transformers, numpy, pyarrow, click, pyyaml, numba and pytest. mixscope runs from src/
+# transformers, numpy, pyarrow, click, pyyaml and pytest. mixscope runs from src/
 # (PYTHONPATH below, no install); no Ray, DuckDB or packaged model is imported; the models
 # are built from configs and the tokenizer from tests/data/wordpiece-uncased (no download).
 # At most 8 files go to $OUT when it is set (the device tool's folder): the log, the tests'

@@ -34,7 +34,6 @@ IMAGE_PACKAGES = (
     "pyarrow",
     "click",
     "pyyaml",
-    "numba",
     "pytest",
 )
 #: what the image lacks, and so what nothing on the check's path may import

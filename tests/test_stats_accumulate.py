@@ -1,9 +1,10 @@
-"""The vectorized statistics of a shard (stats/accumulate.py, moments.py, histograms.py)
-against a brute-force float64 computation, value by value, in plain Python.
+"""The statistics of a shard (stats/accumulate.py, moments.py, histograms.py: torch on the
+values' device) against a brute-force float64 computation, value by value, in plain Python.
 
-The shard is added in chunks that share many keys, with the token-histogram buffer made
-small enough to be counted several times in between, so the block-local scatters, the
-growth of the accumulators and the merge of counted and buffered events all take part.
+The shard is added in chunks that share many keys, with the token histogram's merge
+threshold made small enough to merge its counted parts several times in between, so the
+block-local scatters, the growth of the accumulators and the merge of counted events all
+take part.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+import torch
 
 import sql_fixtures as sf
 from mixscope.stats import histograms
 from mixscope.stats.accumulate import ShardStatistics
-from mixscope.stats.histograms import bins, fast_bins
+from mixscope.stats.histograms import bins, device_bins
 from mixscope.stats.singletons import restore
 from mixscope.stats.token_block import TokenBlock, Vocabulary, token_block
 from mixscope.store.schema import ALL_TOKENS, HIST_BINS, STATS, STORED_MEASURES
@@ -42,7 +44,7 @@ def written():
     vocab = Vocabulary(sf.SyntheticTokenizer())
     blocks = [token_block(encoded[lo:hi], measures[lo:hi], vocab) for lo, hi in CHUNKS]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(histograms, "HIST_BUFFER", 500)  # counted many times in between
+        mp.setattr(histograms, "HIST_MERGE", 500)  # merged many times in between
         acc = ShardStatistics(vocab)
         for b in blocks:
             acc.add(b)
@@ -62,7 +64,7 @@ def _occurrences(blocks: list[TokenBlock]):
     seq_base = 0
     for b in blocks:
         for t in range(len(b)):
-            values = [[float(b.values[layer, k, t]) for k in range(4)] for layer in range(LAYERS)]
+            values = [[float(b.values[t, k, layer]) for k in range(4)] for layer in range(LAYERS)]
             yield (
                 {
                     "token_id": int(b.token_id[t]),
@@ -170,34 +172,24 @@ def test_histograms_and_frequencies_equal_brute_force(shard):
     assert set(tables) == set(STATS)
 
 
-def test_fast_bins_equal_bins_on_every_kind_of_value():
+def test_device_bins_equal_bins_on_every_kind_of_value():
+    """The accumulators' bins (torch) are the tables' grid (numpy) for every kind of value:
+    in [0, 1), 1 and above (last bin), negatives, NaN and -inf (bin 0), +inf (last bin)."""
     edge = [0.0, -0.0, 1e-30, 0.5, 1 - 2**-24, 1.0, 1.5, 4095.9, 2.0**19 - 1, 2.0**19, 1e30]
     edge += [-1e-30, -0.5, -7.0, float("nan"), float("inf"), float("-inf")]
     rng = np.random.default_rng(3)
     for values in (
-        rng.random((2, 4, 500), dtype=np.float32),  # the fast path
+        rng.random((2, 4, 500), dtype=np.float32),
         (rng.random((2, 4, 500)) * 3).astype(np.float32),  # >= 1 too
-        np.array(edge, dtype=np.float32),  # the slow path (negatives, NaN, inf)
-        np.array(edge[:11], dtype=np.float32),  # 2^19 and above: slow path
+        np.array(edge, dtype=np.float32),
         np.array(edge, dtype=np.float64),
         np.zeros(0, np.float32),
     ):
-        with np.errstate(invalid="ignore"):  # NaN and inf cast: bins' own behaviour
-            np.testing.assert_array_equal(fast_bins(values), bins(values))
-
-
-def test_layer_histogram_moves_to_int64_counts_before_int32_could_overflow(shard, monkeypatch):
-    """int32 counts while the shard is small enough, int64 from the block that could reach
-    2^31: the same table either way (the threshold lowered to a few tokens here)."""
-    blocks, tables = shard
-    monkeypatch.setattr(histograms, "INT32_TOKENS", len(blocks[0]) + 1)
-    hist = histograms.LayerHistogram()
-    hist.add(blocks[0].values, blocks[0].category)
-    assert hist.counts is not None and hist.counts.dtype == np.int32
-    for b in blocks[1:]:
-        hist.add(b.values, b.category)
-    assert hist.counts.dtype == np.int64
-    assert hist.table().to_pylist() == tables["layer_hist"]
+        got = device_bins(torch.from_numpy(values)).numpy()
+        np.testing.assert_array_equal(got, bins(values))
+        if values.ndim == 1 and len(values):  # the edge values, by hand
+            want = [0, 0, 0, 2048, 4095, 4095, 4095, 4095, 4095, 4095, 4095]
+            assert got.tolist() == [*want, 0, 0, 0, 0, 4095, 0]
 
 
 def test_detail_parts_are_gathered_into_row_groups(shard, monkeypatch):

@@ -1,13 +1,15 @@
 """Sequences through the engine in batches sized by tokens, longest first, with OOM back-off.
 
-The one batch runner of the package: ``analyze()``, ``contribution_maps()`` and the shard
-worker all call :func:`run_batches`.
+The one batch runner of the package: ``analyze()`` and ``contribution_maps()`` take its
+results per sequence on the host (:func:`run_batches`), the shard worker as one tensor per
+chunk left on the engine's device for the statistics (:func:`run_chunk`).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,7 @@ import torch
 
 from mixscope.corpus.encode import EncodedSequence, pad_batch, pad_offsets
 from mixscope.errors import MixscopeError
-from mixscope.mixing.engine import MixingEngine
+from mixscope.mixing.engine import EngineOutput, MixingEngine
 
 log = logging.getLogger("mixscope")
 
@@ -40,28 +42,18 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def run_batches(
+def _batches(
     engine: MixingEngine,
     seqs: list[EncodedSequence],
     batch_size: int,
-    *,
-    batch_tokens: int | None = BATCH_TOKENS,
-    pairs: bool = False,
-    padding_side: str | None = None,
-) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """Engine outputs per sequence, in ``seqs`` order: ([layer, measure, seq], pairs).
-
-    Sequences run longest first in batches of at most ``batch_size`` sequences and
-    ``batch_tokens`` tokens (None: no token budget), padded on ``padding_side`` (default:
-    the tokenizer's). On an accelerator out-of-memory error the batch is halved and
-    retried; the token count (batch · width) that failed is remembered on the engine
-    (``engine.oom_token_limit``), so later and shorter batches stay under it and grow back
-    when short enough. A single sequence that does not fit raises a :class:`MixscopeError`.
-    """
+    batch_tokens: int | None,
+    pairs: bool,
+    padding_side: str | None,
+) -> Iterator[tuple[list[int], list[int], EngineOutput]]:
+    """(members of ``seqs``, each one's padding offset, the engine's output) per batch."""
     pad_id = engine.loaded.pad_token_id
     side = padding_side or engine.loaded.padding_side
     pad_offsets([1], side)  # validates the side before any work
-    results: list[Any] = [None] * len(seqs)
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))  # longest first
     start = 0
     while start < len(order):
@@ -92,11 +84,67 @@ def run_batches(
         if out is None:  # outside the except block, so the failed tensors can be freed
             _release_memory()
             continue
-        measures = out.measures.numpy()  # [batch, layer, measure, seq]
-        offsets = pad_offsets([len(s) for s in members], side)
+        yield batch, pad_offsets([len(s) for s in members], side), out
+        start += len(batch)
+
+
+def run_batches(
+    engine: MixingEngine,
+    seqs: list[EncodedSequence],
+    batch_size: int,
+    *,
+    batch_tokens: int | None = BATCH_TOKENS,
+    pairs: bool = False,
+    padding_side: str | None = None,
+) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """Engine outputs per sequence, in ``seqs`` order, on the host: ([layer, measure, seq],
+    pairs).
+
+    Sequences run longest first in batches of at most ``batch_size`` sequences and
+    ``batch_tokens`` tokens (None: no token budget), padded on ``padding_side`` (default:
+    the tokenizer's). On an accelerator out-of-memory error the batch is halved and
+    retried; the token count (batch · width) that failed is remembered on the engine
+    (``engine.oom_token_limit``), so later and shorter batches stay under it and grow back
+    when short enough. A single sequence that does not fit raises a :class:`MixscopeError`.
+    """
+    results: list[Any] = [None] * len(seqs)
+    for batch, offsets, out in _batches(
+        engine, seqs, batch_size, batch_tokens, pairs, padding_side
+    ):
+        measures = out.measures.cpu().numpy()  # [batch, layer, measure, seq]
+        maps = out.pairs.cpu() if out.pairs is not None else None
         for b, (i, off) in enumerate(zip(batch, offsets, strict=True)):
             span = slice(off, off + len(seqs[i]))
-            pair = out.pairs[b, :, :, span, span].numpy() if out.pairs is not None else None
+            pair = maps[b, :, :, span, span].numpy() if maps is not None else None
             results[i] = (measures[b, :, :, span], pair)
-        start += len(batch)
     return results
+
+
+def run_chunk(
+    engine: MixingEngine,
+    seqs: list[EncodedSequence],
+    batch_size: int,
+    *,
+    batch_tokens: int | None = BATCH_TOKENS,
+) -> torch.Tensor:
+    """The chunk's measures on the engine's device: ``[tokens, measure, layer]`` float32,
+    the sequences end to end in ``seqs`` order (batched as :func:`run_batches`). What the
+    shard's statistics read where they are computed: nothing crosses to the host here."""
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths  # [seqs] each one's first token in the chunk
+    out: torch.Tensor | None = None
+    for batch, offsets, result in _batches(engine, seqs, batch_size, batch_tokens, False, None):
+        m = result.measures  # [batch, layer, measure, seq]
+        B, L, M, S = m.shape
+        if out is None:
+            out = torch.empty(int(lengths.sum()), M, L, dtype=m.dtype, device=m.device)
+        n = lengths[batch]  # [batch] tokens of each member
+        within = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)  # [tokens] 0..n-1
+        rows = np.repeat(np.arange(len(batch)) * S + np.asarray(offsets), n) + within
+        into = np.repeat(starts[batch], n) + within  # [tokens] their place in the chunk
+        flat = m.permute(0, 3, 2, 1).reshape(B * S, M, L)  # [batch · seq, measure, layer]
+        picked = torch.from_numpy(rows).to(m.device)
+        out.index_copy_(0, torch.from_numpy(into).to(m.device), flat.index_select(0, picked))
+    if out is None:
+        return torch.zeros(0, len(engine.measure_set.columns), engine.num_layers)
+    return out

@@ -39,7 +39,7 @@ from mixscope.models.loading import LoadedModel
 
 @dataclass
 class EngineOutput:
-    measures: torch.Tensor  # [batch, layer, measure, seq] float32 on CPU (MeasureSet.columns)
+    measures: torch.Tensor  # [batch, layer, measure, seq] float32 on the model's device (columns)
     pairs: torch.Tensor | None  # [batch, layer, measure, seq, seq] float32 (PAIR_MEASURES)
     max_exactness_error: float | None  # largest identity residual seen (verify only)
 
@@ -242,10 +242,11 @@ class MixingEngine:
         if len(ran) != len(per_layer):
             raise MixscopeError("some blocks did not run; the adapter does not match this model")
         measures = torch.stack(ran, dim=1)  # [measure, layer, batch, seq]
-        measures = measures.permute(2, 1, 0, 3).contiguous().cpu()  # [batch, layer, measure, seq]
+        # on the model's device: the statistics are accumulated there (stats/accumulate.py)
+        measures = measures.permute(2, 1, 0, 3).contiguous()  # [batch, layer, measure, seq]
         pair_out = None
         if pairs:
             maps = [m for m in per_layer_pairs if m is not None]
             stacked = torch.stack(maps, dim=1)  # [measure, layer, batch, seq, seq]
-            pair_out = stacked.permute(2, 1, 0, 3, 4).contiguous().cpu()
+            pair_out = stacked.permute(2, 1, 0, 3, 4).contiguous()
         return EngineOutput(measures, pair_out, max(max_err) if max_err else None)

@@ -1,11 +1,14 @@
-"""The host side of a shard: engine outputs → statistics, detail, frequencies, documents.
+"""The result side of a shard: engine outputs → statistics, detail, frequencies, documents.
 
 It runs on a background thread of its own, one chunk behind the model: while the model
-runs chunk k+1, this builds the token block of chunk k, its statistics, and encodes its
-detail rows as a Parquet row group. At most one chunk waits (``add`` blocks until the
-previous one is done), so memory stays bounded by two chunks plus the shard's encoded
-detail. ``finish`` merges the (small) statistics and writes each file to a temporary name
-and renames it; committing is the driver's job.
+runs chunk k+1, this adds chunk k to the statistics (torch operations on the device the
+engine's values are on: on a GPU, kernels queued beside the model's, no per-token work on
+the host), gathers the rows the detail keeps there and encodes them as a Parquet row group
+on the host. At most one chunk waits (``add`` blocks until the previous one is done), so
+memory stays bounded by two chunks plus the shard's encoded detail. ``finish`` copies the
+statistics to the host (their size follows the keys seen, not the tokens), builds their
+tables and writes each file to a temporary name and renames it; committing is the
+driver's job.
 
 Nothing here needs a model: ``benchmarks/host.py`` replays stored measures through it.
 """
@@ -18,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from mixscope.config import OutputSpec
 from mixscope.corpus.encode import EncodedSequence
@@ -60,8 +64,14 @@ class ShardAccumulator:
         # output.detail=sample: at least one document per shard (stats/detail.py)
         self._floor = ShardFloor() if output.detail == "sample" else None
 
-    def add(self, seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray]) -> None:
-        """Queue one chunk (``measures[k]``: [layer, measure, seq] of ``seqs[k]``)."""
+    def add(
+        self,
+        seqs: Sequence[EncodedSequence],
+        measures: torch.Tensor | Sequence[np.ndarray | torch.Tensor],
+    ) -> None:
+        """Queue one chunk: ``measures`` the chunk's ``[tokens, measure, layer]`` tensor in
+        ``seqs`` order (``mixing.batches.run_chunk``, on the engine's device), or one
+        ``[layer, measure, seq]`` array per sequence."""
         if not seqs:
             return
         if self._host is None:
@@ -75,17 +85,24 @@ class ShardAccumulator:
             pending, self._pending = self._pending, None
             pending.result()  # re-raises a failure of the host thread
 
-    def _consume(self, seqs: Sequence[EncodedSequence], measures: Sequence[np.ndarray]) -> None:
+    def _consume(
+        self,
+        seqs: Sequence[EncodedSequence],
+        measures: torch.Tensor | Sequence[np.ndarray | torch.Tensor],
+    ) -> None:
         block = token_block(seqs, measures, self.vocab, self.measures)
         self._layers = block.layers
         self._stats.add(block)
-        keep = kept(block.doc_id, self.output.detail, self.output.sample_rate)
+        # the detail's choice is per document: decided per sequence, then per token
+        docs = np.array([s.doc_id for s in seqs], dtype=np.int64)
+        keep_seq = kept(docs, self.output.detail, self.output.sample_rate)
+        keep = np.repeat(keep_seq, [len(s) for s in seqs])  # [tokens]
         floor = self._floor
-        if floor is not None and (held := floor.offer(block.doc_id, keep)) is not None:
+        if floor is not None and (held := floor.offer(docs, keep_seq)) is not None:
             # the shard's smallest-hash document so far: its rows held back until finish
             floor.hold(self._detail_table(block.take(block.doc_id == held)))
         if keep.any():
-            part = block if keep.all() else block.take(keep)
+            part = block if keep.all() else block.take(keep)  # gathered on the device
             self._add_detail(self._detail_table(part))
         for s in seqs:
             entry = self._per_doc.setdefault(s.doc_id, [0, 0])

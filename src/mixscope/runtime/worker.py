@@ -28,7 +28,7 @@ from typing import Any
 from mixscope.config import JobSpec
 from mixscope.corpus.encode import EncodedSequence, encode_documents
 from mixscope.corpus.plan import Document, Shard, read_shard
-from mixscope.mixing.batches import run_batches
+from mixscope.mixing.batches import run_chunk
 from mixscope.mixing.engine import MixingEngine
 from mixscope.models.loading import load
 from mixscope.models.resolve import load_tokenizer
@@ -203,13 +203,13 @@ class ShardWorker:
                 encoded = pending.result()
             if k + 1 < len(chunks):
                 pending = self._prefetch.submit(self._encode, chunks[k + 1])
-            out = run_batches(
+            values = run_chunk(  # [tokens, measure, layer], on the model's device
                 self.engine,
                 encoded,
                 self.spec.runtime.batch_size,
                 batch_tokens=self.spec.runtime.batch_tokens,
             )
-            results.add(encoded, [m for m, _ in out])
+            results.add(encoded, values)
             sequences += len(encoded)
             if k == 0:
                 faults.maybe_kill(shard.shard_id)

@@ -1,14 +1,20 @@
-"""Sufficient statistics of token blocks: the ``STATS`` tables, vectorized numpy.
+"""Sufficient statistics of token blocks: the ``STATS`` tables, accumulated on the device.
 
 Every table is keyed (see ``store.schema.STATS``) and every value column merges by sum,
 min or max, so the statistics of a shard, of a run or of any set of shards are the merge
 of the parts' statistics (:func:`merge`): the unit of commit (a shard) and the unit of
 reading (a run) never need the per-token rows. Within a shard, ``ShardStatistics`` keeps
-dense numpy accumulators that each block updates in place: per token key
-(``moments.TokenMoments``: a key gets a compact id the first time it is seen, so
-accumulators only ever grow at the end), per sequence and category
-(``moments.sequence_moments``) and on the histogram grid (``histograms``); no table is
-built until the shard's files are written.
+dense accumulators on the device the engine's values are on (torch: a GPU's memory, or
+the CPU's), which each block updates in place: per token key (``moments.TokenMoments``: a
+key gets a compact id the first time it is seen, so accumulators only ever grow at the
+end), per sequence and category (``moments.sequence_moments``), on the histogram grid
+(``histograms``) and per token id (frequencies). Nothing per token crosses to the host:
+``tables`` copies the accumulators (their size follows the keys seen) and builds the
+tables there, once per shard.
+
+The device memory is bounded (``budget``, default ``DEVICE_BUDGET``): when the key-indexed
+accumulators would outgrow it, they are moved to the host as a part and the device starts
+again empty; ``tables`` merges the parts (the same keys added, extremes combined).
 
 Sums are float64 over the float32 values the detail stores, so a statistic equals the same
 aggregate over the detail rows to float64 precision; consolidation (``consolidate``) adds
@@ -20,12 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
 from mixscope.stats.arrow_tables import kind_table, measure_columns
 from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins
 from mixscope.stats.keys import ID_BITS, grouped, key_order, token_keys
-from mixscope.stats.moments import N_CAT, TokenMoments, sequence_moments
+from mixscope.stats.moments import MOMENTS, N_CAT, TokenMoments, sequence_moments
 from mixscope.stats.singletons import restore
 from mixscope.stats.token_block import TokenBlock, Vocabulary
 from mixscope.store.schema import (
@@ -37,66 +44,184 @@ from mixscope.store.schema import (
     stats_kinds,
 )
 
-__all__ = ["ShardStatistics", "bins", "merge", "statistics"]
+__all__ = ["DEVICE_BUDGET", "ShardStatistics", "bins", "merge", "statistics"]
 
 #: how a value merges: its operation's ufunc (``reduceat`` within a table, elementwise across)
 UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 _MOMENTS = {"n": "sum", "sum": "sum", "sumsq": "sum", "min": "min", "max": "max"}
+#: device bytes a shard's accumulators may hold (a 32-layer model, every group, any
+#: vocabulary and shard size: ``tests/test_stats_device.py``)
+DEVICE_BUDGET = 1 << 30
 
 
 class ShardStatistics:
-    """The statistics of a shard, block by block, in dense numpy accumulators.
+    """The statistics of a shard, block by block, in dense accumulators on the device.
 
-    ``add`` runs on the worker's host thread while the model runs the next block;
-    ``tables`` builds the shard's tables once (float64 sums), token strings attached by id.
+    ``add`` runs on the worker's result thread while the model runs the next block (on a
+    GPU it only queues kernels); ``tables`` builds the shard's tables once (float64 sums),
+    token strings attached by id.
     """
 
-    def __init__(self, vocab: Vocabulary, measures: MeasureSet | None = None) -> None:
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        measures: MeasureSet | None = None,
+        budget: int = DEVICE_BUDGET,
+    ) -> None:
         self.vocab = vocab
         self.measures = measures or measure_set(DEFAULT_GROUPS)  # the run's stored measures
         self.kinds = stats_kinds(self.measures.stored)
+        self.budget = budget
         self.layers = 0
-        self._tokens = TokenMoments(len(self.measures.stored))
+        self.device: torch.device | None = None
+        self._tokens: TokenMoments | None = None
         self._token_hist = TokenHistogram(self.measures.codes)
         self._layer_hist = LayerHistogram(self.measures.codes)
-        self._sequences: dict[str, np.ndarray] | None = None
-        self._freq = np.zeros(0, np.int64)
+        self._sequences: dict[str, torch.Tensor] | None = None
+        self._freq: torch.Tensor | None = None
+        self._parts: list[dict[str, torch.Tensor]] = []  # key-indexed state moved to the host
+        self.peak_bytes = 0  # the most the accumulators held on the device
+
+    @property
+    def nbytes(self) -> int:
+        """What the accumulators hold on the device now."""
+        fixed = [self._layer_hist.counts, self._freq, *(self._sequences or {}).values()]
+        held = sum(t.numel() * t.element_size() for t in fixed if t is not None)
+        tokens = self._tokens.nbytes if self._tokens is not None else 0
+        return held + tokens + self._token_hist.nbytes
 
     def add(self, block: TokenBlock) -> None:
         if len(block) == 0:
             return
-        L = self.layers = block.layers
-        v64 = block.values.astype(np.float64)  # [layers, measures, tokens], once
-        ids = self._tokens.add(token_keys(block), block.values)
+        values = block.values  # [tokens, measures, layers] float32, on the device
+        if self._tokens is None:
+            self.device, self.layers = values.device, block.layers
+            self._tokens = TokenMoments(len(self.measures.stored), values.device)
+        assert block.layers == self.layers, "every block of a shard has the model's layers"
+        dev = self.device
+
+        def on_device(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, np.int64)).to(dev)
+
+        keys, category = on_device(token_keys(block)), on_device(block.category)
+        v64 = values.double()  # [tokens, measures, layers], once
+        self._layer_hist.add(values, category)
+        vocab = max(len(self._freq) if self._freq is not None else 0, block.original_id.max() + 1)
+        uniq, inverse, counts = torch.unique(keys, return_inverse=True, return_counts=True)
+        limit = self._room(uniq, len(keys), int(vocab))
+        ids = self._tokens.add(uniq, inverse, counts, values, v64, limit)
         self._token_hist.add(ids, v64)
-        self._layer_hist.add(block.values, block.category)
-        seq = sequence_moments(block, v64)
+        seq = sequence_moments(on_device(block.sequence), category, v64)
         if self._sequences is None:
             self._sequences = seq
         else:
             for k, v in seq.items():
                 self._sequences[k] += v
-        freq = np.bincount(block.original_id, minlength=len(self._freq))
-        freq[: len(self._freq)] += self._freq
+        original = on_device(block.original_id)
+        freq = torch.bincount(original, minlength=len(self._freq) if self._freq is not None else 0)
+        if self._freq is not None:
+            freq[: len(self._freq)] += self._freq
         self._freq = freq
-        assert self._tokens.layers == L
+        self.peak_bytes = max(self.peak_bytes, self.nbytes)
+
+    def _room(self, uniq: torch.Tensor, tokens_in_block: int, vocab: int) -> int:
+        """The most ids the token accumulators may grow to; first, the key-indexed state
+        moved to the host when this block's new keys (``uniq``) would not fit the budget.
+        What the budget holds: the layer histogram and the frequencies (fixed), the
+        sequences' moments (a few cells), the token histogram's events (this block's at most
+        one per token and measure) and the token moments (``bytes_per_id`` each)."""
+        tokens = self._tokens
+        assert tokens is not None
+        M = len(self.measures.stored)
+        per_id = tokens.bytes_per_id(self.layers)
+        fixed = LayerHistogram.nbytes_for(self.layers, M) + 8 * vocab
+        fixed += 2 * 8 * (N_CAT + 1) * M * self.layers + 8 * (N_CAT + 1)  # sequences
+        events = 16 * tokens_in_block * M
+        room = (self.budget - fixed - self._token_hist.nbytes - events) // per_id
+        # the ids held (their capacity, reserved earlier) and this block's new ones
+        need = max(tokens.capacity, len(tokens.index) + tokens.index.unknown(uniq))
+        if need > room and len(tokens.index):
+            self._flush()
+            room = (self.budget - fixed - events) // per_id
+        if len(uniq) > room:
+            raise MemoryError(
+                f"a block of {len(uniq)} token keys does not fit in the statistics' device "
+                f"budget of {self.budget} bytes; use smaller chunks or a larger budget"
+            )
+        return int(room)
+
+    def _flush(self) -> None:
+        """Move the key-indexed accumulators (moments, token histogram) to the host as a
+        part, and start them again empty on the device."""
+        assert self._tokens is not None
+        part = {k: v.cpu() for k, v in self._tokens.held().items()}
+        events, counts = self._token_hist.counted()
+        part["events"], part["counts"] = events.cpu(), counts.cpu()
+        self._parts.append(part)
+        self._tokens = TokenMoments(len(self.measures.stored), self._tokens.device)
+        self._token_hist = TokenHistogram(self.measures.codes)
+
+    def _merged(self) -> dict[str, torch.Tensor]:
+        """The key-indexed state of the whole shard on the host, the parts merged: keys
+        sorted-unique, each part's ids renumbered to the merged ids."""
+        assert self._tokens is not None
+        last = {k: v.cpu() for k, v in self._tokens.held().items()}
+        events, counts = self._token_hist.counted()
+        last["events"], last["counts"] = events.cpu(), counts.cpu()
+        parts = [*self._parts, last]
+        if len(parts) == 1:
+            return last
+        keys, inverse = torch.unique(torch.cat([p["key"] for p in parts]), return_inverse=True)
+        K, cell_bits = len(keys), self._token_hist.cell_bits
+        out = {"key": keys, "n": torch.zeros(K, dtype=torch.int64)}
+        shape = (K, *parts[0]["sum"].shape[1:])
+        out["sum"] = torch.zeros(shape, dtype=torch.float64)
+        out["sumsq"] = torch.zeros(shape, dtype=torch.float64)
+        out["min"] = torch.full(shape, float("inf"))
+        out["max"] = torch.full(shape, float("-inf"))
+        all_events, start = [], 0
+        for p in parts:
+            ids = inverse[start : start + len(p["key"])]  # this part's id → merged id
+            start += len(p["key"])
+            out["n"].index_add_(0, ids, p["n"])
+            out["sum"].index_add_(0, ids, p["sum"])
+            out["sumsq"].index_add_(0, ids, p["sumsq"])
+            flat = ids[:, None].expand(len(ids), p["min"][0].numel())
+            out["min"].view(K, -1).scatter_reduce_(0, flat, p["min"].reshape(len(ids), -1), "amin")
+            out["max"].view(K, -1).scatter_reduce_(0, flat, p["max"].reshape(len(ids), -1), "amax")
+            renumbered = (ids[p["events"] >> cell_bits] << cell_bits) | (
+                p["events"] & ((1 << cell_bits) - 1)
+            )
+            all_events.append((renumbered, p["counts"]))
+        uniq, where = torch.unique(torch.cat([e for e, _ in all_events]), return_inverse=True)
+        out["events"] = uniq
+        out["counts"] = torch.zeros(len(uniq), dtype=torch.int64)
+        out["counts"].index_add_(0, where, torch.cat([c for _, c in all_events]))
+        return out
 
     def tables(self) -> dict[str, pa.Table]:
         """Kind name → the shard's table (float64 sums); empty before any block."""
         if self._sequences is None:
             return {}
-        keys, n, moments = self._tokens.by_key()
+        state = {k: v.numpy() for k, v in self._merged().items()}
+        order = np.argsort(state["key"])
+        keys, n = state["key"][order], state["n"][order]
+        moments = {
+            k: [state[k][order, j] for j in range(len(self.measures.stored))] for k in MOMENTS
+        }
+        assert self._freq is not None
+        freq = self._freq.cpu().numpy()
         out = {
             "token_stats": self._token_stats(keys, n, moments),
             "layer_stats": self._layer_stats(keys, n, moments),
             "sequence_stats": self._sequence_stats(),
-            "token_hist": self._token_hist.table(self._tokens.index.keys),
+            "token_hist": self._token_hist.table(state["key"], state["events"], state["counts"]),
             "layer_hist": self._layer_hist.table(),
         }
-        ids = np.flatnonzero(self._freq)
+        ids = np.flatnonzero(freq)
         out[FREQUENCIES.name] = kind_table(
             FREQUENCIES,
-            {"token_id": ids, "token": self.vocab.arrow(ids), "count": self._freq[ids]},
+            {"token_id": ids, "token": self.vocab.arrow(ids), "count": freq[ids]},
         )
         named = np.union1d(ids, keys >> 35)  # original ids and ids as seen ([MASK])
         out[TOKEN_STRINGS.name] = kind_table(
@@ -147,8 +272,8 @@ class ShardStatistics:
 
     def _sequence_stats(self) -> pa.Table:
         L = self.layers
-        s = self._sequences
-        assert s is not None
+        assert self._sequences is not None
+        s = {k: v.cpu().numpy() for k, v in self._sequences.items()}
         present = np.flatnonzero(s["sequences"])
         cats = np.where(present == N_CAT, ALL_TOKENS, present)
         moments = {k: s[k][present].transpose(1, 0, 2) for k in ("seq_sum", "seq_sumsq")}

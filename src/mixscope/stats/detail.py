@@ -124,8 +124,9 @@ def detail_table(
         "category": block.category,
     }
     dtype = np.float16 if precision == "float16" else np.float32
+    values = block.values.cpu().numpy()  # [tokens, measures, layers]: the kept rows only
     for k, m in enumerate(stored):
-        flat = np.ascontiguousarray(block.values[:, k, :].T, dtype=dtype).ravel()  # token-major
+        flat = np.ascontiguousarray(values[:, k, :], dtype=dtype).ravel()  # token-major
         cols[m] = pa.ListArray.from_arrays(offsets, pa.array(flat, value_type))
     arrays = [
         cols[f.name] if isinstance(cols[f.name], pa.Array) else pa.array(cols[f.name], f.type)

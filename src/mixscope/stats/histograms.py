@@ -1,81 +1,80 @@
 """Histograms of measure values on the fixed ``HIST_BINS`` grid: per layer and category
-(``LayerHistogram``, dense) and per token occurrence (``TokenHistogram``, sparse events).
+(``LayerHistogram``, dense) and per token occurrence (``TokenHistogram``, sparse events),
+counted by torch operations on the device the values are on.
 
 ``frequency_correlation`` ranks occurrences from these bin totals (the error bound is in
-the README's METHOD). The layer histogram is a dense count array updated in place; the
-token histogram buffers one int64 event per occurrence and measure, numbered by the
-token key's compact id (``TokenMoments``), and counts them by sorting when the buffer
-fills and when the table is built.
+the README's METHOD). The layer histogram is a dense count tensor updated in place; the
+token histogram counts one int64 event per occurrence and measure, numbered by the token
+key's compact id (``TokenMoments``), block by block (``torch.unique``), and merges the
+counted parts when they grow: its size follows the distinct events, not the tokens.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from mixscope.mixing.measures import DEFAULT_GROUPS, measure_set
 from mixscope.stats.arrow_tables import kind_table
-from mixscope.stats.kernels import add_layer_histogram
 from mixscope.stats.keys import ID_BITS, counted
 from mixscope.store.schema import CATEGORIES, HIST_BINS, LAYER_HIST, TOKEN_HIST
 
 N_CAT = len(CATEGORIES)
 #: the stored measures' codes of the default selection (the paper's group)
 DEFAULT_CODES = measure_set(DEFAULT_GROUPS).codes
-#: buffered token-histogram events (int64) before they are counted
-HIST_BUFFER = 1 << 22
-#: a shard with fewer tokens cannot fill an int32 count of the layer histogram
-INT32_TOKENS = 2**31 - 1
-#: below this, ``values · HIST_BINS`` converts to an integer exactly in int32 and int64 alike
-_FAST_BELOW = float(1 << 19)
+#: counted token-histogram events (parts) held before they are merged into one
+HIST_MERGE = 1 << 22
 
 
 def bins(values: np.ndarray) -> np.ndarray:
-    """Histogram bin of each value in [0, 1] (1.0 in the last bin), as int64.
-
-    ``values · HIST_BINS`` is exact (a power of two) in float32 and float64 alike, so the
-    bin is the same whichever precision the value comes in.
-    """
-    b = (values * HIST_BINS).astype(np.int64)  # truncation = floor for values >= 0
-    return np.clip(b, 0, HIST_BINS - 1, out=b)
+    """Histogram bin of each value in [0, 1] (1.0 and above in the last bin, negatives, NaN
+    and -inf in bin 0), as int64: numpy's reading of the grid (the tests'), the same as
+    ``device_bins`` (the accumulators')."""
+    x = np.nan_to_num(values * HIST_BINS, nan=0.0, posinf=HIST_BINS - 1, neginf=0.0)
+    return np.clip(x, 0, HIST_BINS - 1).astype(np.int64)  # truncation = floor for x >= 0
 
 
-def fast_bins(values: np.ndarray) -> np.ndarray:
-    """``bins(values)`` with one clip instead of two when every value is in
-    [0, 2^19) (the measures are): NaN, infinities and negatives take ``bins`` itself."""
-    lo, hi = values.min(initial=0.0), values.max(initial=0.0)
-    if not (lo >= 0 and hi < _FAST_BELOW):  # also false for NaN
-        return bins(values)
-    b = (values * HIST_BINS).astype(np.intp)
-    return np.minimum(b, HIST_BINS - 1, out=b)
+def device_bins(values: torch.Tensor) -> torch.Tensor:
+    """``bins`` of a tensor, on its device: floor(v · HIST_BINS) clipped to the grid, NaN
+    and -inf in bin 0, +inf in the last. ``values · HIST_BINS`` is exact (a power of two)
+    in float32 and float64 alike, so the bin is the same whichever precision the value
+    comes in."""
+    x = torch.nan_to_num(values * HIST_BINS, nan=0.0, posinf=HIST_BINS - 1, neginf=0.0)
+    return x.clamp_(0, HIST_BINS - 1).to(torch.int64)  # truncation = floor for values >= 0
 
 
 class LayerHistogram:
-    """Counts of every token-layer value in a flat [layer, category, measure, bin] grid
-    (``kernels.add_layer_histogram``: one pass over a block's values). int32 counts (half
-    the cache footprint: 1.5x the speed of int64) while no cell can reach 2^31, i.e. while
-    the shard has fewer tokens; int64 from there on."""
+    """Counts of every token-layer value in a flat [layer, category, measure, bin] grid,
+    int64 on the device: one ``index_add_`` of a block's cells."""
 
     def __init__(self, codes: tuple[int, ...] = DEFAULT_CODES) -> None:
-        self.counts: np.ndarray | None = None
-        self.tokens = 0
+        self.counts: torch.Tensor | None = None
         # the stable code of each stored measure (``mixing.measures.CODES``), by its index
         self.codes = np.asarray(codes, np.int64)
 
-    def add(self, values: np.ndarray, category: np.ndarray) -> None:
-        """``values`` [layers, measures, tokens] float32, ``category`` [tokens]."""
+    @staticmethod
+    def nbytes_for(layers: int, measures: int) -> int:
+        return 8 * layers * N_CAT * measures * HIST_BINS
+
+    def add(self, values: torch.Tensor, category: torch.Tensor) -> None:
+        """``values`` [tokens, measures, layers] float32, ``category`` [tokens] int64."""
+        _, M, L = values.shape
         if self.counts is None:
-            size = values.shape[0] * N_CAT * len(self.codes) * HIST_BINS
-            self.counts = np.zeros(size, np.int32)
-        self.tokens += values.shape[2]
-        if self.tokens >= INT32_TOKENS and self.counts.dtype != np.int64:
-            self.counts = self.counts.astype(np.int64)
-        cells = category.astype(np.int64)
-        add_layer_histogram(values, cells, self.counts, N_CAT, HIST_BINS)
+            size = L * N_CAT * M * HIST_BINS
+            self.counts = torch.zeros(size, dtype=torch.int64, device=values.device)
+        # the cell of (token, measure, layer): ((layer · N_CAT + cat) · M + m) · BINS + bin
+        layer = torch.arange(L, device=values.device) * (N_CAT * M * HIST_BINS)  # [layers]
+        measure = torch.arange(M, device=values.device) * HIST_BINS  # [measures]
+        cells = device_bins(values)  # [tokens, measures, layers]
+        cells += layer + measure[:, None] + (category * (M * HIST_BINS))[:, None, None]
+        ones = torch.ones(1, dtype=torch.int64, device=values.device).expand(cells.numel())
+        self.counts.index_add_(0, cells.view(-1), ones)
 
     def table(self) -> pa.Table:
         assert self.counts is not None
-        nz = np.flatnonzero(self.counts)
+        counts = self.counts.cpu().numpy()
+        nz = np.flatnonzero(counts)
         m = len(self.codes)
         per_layer = N_CAT * m * HIST_BINS
         return kind_table(
@@ -85,7 +84,7 @@ class LayerHistogram:
                 "category": (nz // (m * HIST_BINS)) % N_CAT,
                 "measure": self.codes[(nz // HIST_BINS) % m],
                 "bin": nz % HIST_BINS,
-                "count": self.counts[nz],
+                "count": counts[nz],
             },
         )
 
@@ -100,54 +99,55 @@ assert 1 << BIN_BITS == HIST_BINS, "HIST_BINS must be a power of two"
 class TokenHistogram:
     """Per (token id, original id, category, measure): occurrences by bin of the
     occurrence's layer-averaged value. Events are numbered by the key ids of
-    ``TokenMoments`` (which never change), so buffered and counted events need no
-    renumbering until the table is built."""
+    ``TokenMoments`` (which never change), so counted events need no renumbering until the
+    table is built."""
 
     def __init__(self, codes: tuple[int, ...] = DEFAULT_CODES) -> None:
         self.codes = np.asarray(codes, np.int64)
         self.measure_bits = max(1, (len(codes) - 1).bit_length())
         self.cell_bits = self.measure_bits + BIN_BITS
-        self._buffer: list[np.ndarray] = []
-        self._buffered = 0
-        self._counted: list[tuple[np.ndarray, np.ndarray]] = []  # [(events, counts)]: 0 or 1
+        self._parts: list[tuple[torch.Tensor, torch.Tensor]] = []  # (events, counts), counted
+        self._held = 0  # events in the parts
 
-    def add(self, ids: np.ndarray, v64: np.ndarray) -> None:
-        """``ids`` [tokens] the key id of each token, ``v64`` [layers, measures, tokens]."""
-        avg = v64.sum(axis=0) / v64.shape[0]  # [measures, tokens]
-        events = fast_bins(avg)  # [measures, tokens]
-        events |= (ids << self.cell_bits) | (np.arange(len(self.codes))[:, None] << BIN_BITS)
-        self._buffer.append(events.reshape(-1))
-        self._buffered += events.size
-        if self._buffered >= HIST_BUFFER:  # count, merged with the counted: memory stays
-            events = self._take_buffer()  # proportional to the distinct cells
-            keys = np.concatenate([k for k, _ in self._counted] + [events])
-            ones = np.ones(len(events), np.int64)
-            weights = np.concatenate([c for _, c in self._counted] + [ones])
-            self._counted = [counted(keys, weights, int(keys.max()).bit_length())]
+    @property
+    def nbytes(self) -> int:
+        return 16 * self._held
 
-    def _take_buffer(self) -> np.ndarray:
-        events = np.concatenate(self._buffer) if self._buffer else np.empty(0, np.int64)
-        self._buffer, self._buffered = [], 0
-        return events
+    def add(self, ids: torch.Tensor, v64: torch.Tensor) -> None:
+        """``ids`` [tokens] the key id of each token, ``v64`` [tokens, measures, layers]."""
+        _, M, L = v64.shape
+        avg = v64.sum(dim=2) / L  # [tokens, measures]
+        measure = torch.arange(M, device=v64.device) << BIN_BITS  # [measures]
+        events = device_bins(avg) | measure | (ids[:, None] << self.cell_bits)  # [tokens, m]
+        self._parts.append(torch.unique(events.view(-1), return_counts=True))
+        self._held += len(self._parts[-1][0])
+        if self._held >= HIST_MERGE and len(self._parts) > 1:
+            self._parts = [self.counted()]  # memory stays proportional to the distinct events
+            self._held = len(self._parts[0][0])
 
-    def table(self, token_keys: np.ndarray) -> pa.Table:
+    def counted(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(events, their counts) of every part, each event once (sorted)."""
+        if not self._parts:
+            empty = torch.empty(0, dtype=torch.int64)
+            return empty, empty
+        if len(self._parts) == 1:
+            return self._parts[0]
+        events = torch.cat([e for e, _ in self._parts])
+        uniq, inverse = torch.unique(events, return_inverse=True)
+        counts = torch.zeros(len(uniq), dtype=torch.int64, device=uniq.device)
+        counts.index_add_(0, inverse, torch.cat([c for _, c in self._parts]))
+        return uniq, counts
+
+    def table(self, token_keys: np.ndarray, events: np.ndarray, counts: np.ndarray) -> pa.Table:
         """Rows sorted by (token id, original id, category, measure, bin); ``token_keys``
-        [ids] the token key of each key id."""
+        [ids] the token key of each key id, ``events`` and ``counts`` the counted events
+        (``counted``, on the host)."""
         groups = ((token_keys >> 7) << 3) | (token_keys & 7)  # token id, original id, cat
         uniq, rank = np.unique(groups, return_inverse=True)  # rank: key id → group's place
         cell_bits = self.cell_bits
-        mask = (1 << cell_bits) - 1
-
-        def renumbered(events: np.ndarray) -> np.ndarray:
-            return (rank[events >> cell_bits] << cell_bits) | (events & mask)
-
-        buffered = np.concatenate(self._buffer) if self._buffer else np.empty(0, np.int64)
-        raw = renumbered(buffered)  # the buffer stays: more blocks may follow
-        parts = [(renumbered(k), c) for k, c in self._counted]
-        keys = np.concatenate([k for k, _ in parts] + [raw])
-        weights = np.concatenate([c for _, c in parts] + [np.ones(len(raw), np.int64)])
+        keys = (rank[events >> cell_bits] << cell_bits) | (events & ((1 << cell_bits) - 1))
         bits = int(max(len(uniq) - 1, 1)).bit_length() + cell_bits
-        hk, hc = counted(keys, weights, bits)  # a radix sort: several times np.sort's speed
+        hk, hc = counted(keys, counts, bits)  # a radix sort: several times np.sort's speed
         group = uniq[hk >> cell_bits]
         ids = group >> (ID_BITS + 3)
         return kind_table(

@@ -1,5 +1,8 @@
 """Integer keys of token groups: packing, grouping, compact ids and stable orders.
 
+The compact ids (``KeyIndex``) live on the accumulators' device (torch); the orders and
+groupings are the tables' (numpy, on the host, O(keys) once per shard).
+
 Everything the statistics group by is packed into one non-negative int64 per row, so a
 group-by is a sort (or a lookup in a sorted array) of plain integers, never a hash of
 several columns.
@@ -8,6 +11,7 @@ several columns.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from mixscope.stats.token_block import TokenBlock
 
@@ -34,16 +38,6 @@ def grouped(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, starts, sorted_keys[starts]
 
 
-def unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True, return_counts=True)`` from one stable
-    argsort (a third of ``np.unique``'s time at block sizes)."""
-    order, starts, uniq = grouped(keys)
-    counts = np.diff(np.r_[starts, len(keys)])
-    inverse = np.empty(len(keys), np.int64)
-    inverse[order] = np.repeat(np.arange(len(uniq)), counts)
-    return uniq, inverse, counts
-
-
 def radix_order(keys: np.ndarray, bits: int) -> np.ndarray:
     """A stable order of non-negative int64 ``keys`` < 2^bits: least significant digit
     first, 16 bits a pass. numpy's stable argsort of uint16 is a counting sort, linear and
@@ -68,32 +62,45 @@ def counted(keys: np.ndarray, weights: np.ndarray, bits: int) -> tuple[np.ndarra
 
 
 class KeyIndex:
-    """Compact ids of int64 keys, numbered in the order first seen: what lets dense
-    accumulators be indexed by key and grow only at the end."""
+    """Compact ids of int64 keys, numbered in the order first seen, on the accumulators'
+    device: what lets dense accumulators be indexed by key and grow only at the end."""
 
-    def __init__(self) -> None:
-        self._sorted = np.empty(0, np.int64)  # the known keys, sorted
-        self._ids = np.empty(0, np.int64)  # the id of each of _sorted
-        self.keys = np.empty(0, np.int64)  # [ids] the key of each id
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self._sorted = torch.empty(0, dtype=torch.int64, device=device)  # known keys, sorted
+        self._ids = torch.empty(0, dtype=torch.int64, device=device)  # the id of each of _sorted
+        self.keys = torch.empty(0, dtype=torch.int64, device=device)  # [ids] the key of each id
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    def ids(self, keys: np.ndarray) -> np.ndarray:
+    @property
+    def nbytes(self) -> int:
+        return 3 * 8 * len(self.keys)
+
+    def _find(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the id of each of ``keys``, -1 where unknown; which are known)."""
+        n = len(self._sorted)
+        if not n:
+            return torch.full_like(keys, -1), torch.zeros_like(keys, dtype=torch.bool)
+        pos = torch.searchsorted(self._sorted, keys).clamp_(max=n - 1)  # [keys]
+        found = self._sorted[pos] == keys
+        return torch.where(found, self._ids[pos], -1), found
+
+    def unknown(self, keys: torch.Tensor) -> int:
+        """How many of ``keys`` (unique) have no id yet."""
+        return int((~self._find(keys)[1]).sum())
+
+    def ids(self, keys: torch.Tensor) -> torch.Tensor:
         """The id of each of ``keys`` (unique, sorted); unknown keys get the next ids."""
-        pos = np.searchsorted(self._sorted, keys)
-        found = pos < len(self._sorted)
-        found[found] = self._sorted[pos[found]] == keys[found]
-        out = np.empty(len(keys), np.int64)
-        out[found] = self._ids[pos[found]]
-        new = np.flatnonzero(~found)
+        ids, found = self._find(keys)
+        new = keys[~found]  # [new] sorted
         if len(new):
-            fresh = np.arange(len(self.keys), len(self.keys) + len(new))
-            out[new] = fresh
-            self._sorted = np.insert(self._sorted, pos[new], keys[new])  # keys sorted: stays so
-            self._ids = np.insert(self._ids, pos[new], fresh)
-            self.keys = np.concatenate([self.keys, keys[new]])
-        return out
+            fresh = torch.arange(len(self.keys), len(self.keys) + len(new), device=keys.device)
+            ids[~found] = fresh
+            merged, order = torch.sort(torch.cat([self._sorted, new]), stable=True)
+            self._sorted, self._ids = merged, torch.cat([self._ids, fresh])[order]
+            self.keys = torch.cat([self.keys, new])
+        return ids
 
 
 def key_order(keys: np.ndarray) -> np.ndarray:

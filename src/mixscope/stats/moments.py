@@ -1,114 +1,140 @@
 """Moments of token-layer values: per token key (``TokenMoments``) and per sequence and
-category (``sequence_moments``), one block at a time.
+category (``sequence_moments``), one block at a time, as torch operations on the device
+the values are on.
 
-Both are scatters of the block's ``[layer, measure, token]`` values into groups; what
-makes them fast is where the scatter lands. ``TokenMoments`` keeps shard-wide
-accumulators ``[id, measure, layer]`` that a compiled loop (``kernels.add_moments``)
-updates in one pass over the block, each target receiving its values in token order.
-``sequence_moments`` sorts the block's tokens by (sequence, category) once and sums runs
-(``reduceat``).
+Both are scatters of the block's ``[token, measure, layer]`` values into groups:
+``index_add_`` for the float64 sums, ``scatter_reduce_`` for the extremes, one pass each
+over the block. A token key gets a compact id the first time it is seen
+(``keys.KeyIndex``), so the accumulators only ever grow at the end. On the CPU the adds
+come in token order (each target receives its values in that order, from the value it
+had); on a GPU the order of the atomic adds within a block is the device's, so sums agree
+to float64 rounding.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import torch
 
-from mixscope.stats.kernels import add_moments
-from mixscope.stats.keys import KeyIndex, grouped, unique_inverse
-from mixscope.stats.token_block import TokenBlock
+from mixscope.stats.keys import KeyIndex
 from mixscope.store.schema import CATEGORIES, STORED_MEASURES
 
 N_CAT = len(CATEGORIES)
+#: the moments of a token key, the sums' then the extremes'
+MOMENTS = ("sum", "sumsq", "min", "max")
 
 
 class TokenMoments:
-    """Count, Σ, Σ², min, max of each (token key, layer, measure), dense by the key's id.
+    """Count, Σ, Σ², min, max of each (token key, measure, layer), dense by the key's id.
 
     The accumulators are ``[id, measure, layer]`` (float64 sums, float32 extremes: the
-    cells a token updates are contiguous, 3/2 the speed of ``[measure, id, layer]``);
-    ``n`` is ``[id]``. A block is
-    scattered in by ``kernels.add_moments``, one pass over its values. Min and max are
-    exact; each sum adds its values in token order.
+    cells a token updates are contiguous); ``n`` is ``[id]``. ``nbytes`` is what they hold
+    on the device, capacity included: the shard's statistics keep it under their budget.
     """
 
-    def __init__(self, measures: int = len(STORED_MEASURES)) -> None:
-        self.index = KeyIndex()
+    def __init__(self, measures: int = len(STORED_MEASURES), device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.index = KeyIndex(self.device)
         self.layers = 0
         self.measures = measures  # stored measures of the run
-        self.n = np.zeros(0, np.int64)
-        self.sum = self.sumsq = np.zeros((0, measures, 0))
-        self.min = self.max = np.zeros((0, measures, 0), np.float32)
+        self.n = torch.zeros(0, dtype=torch.int64, device=self.device)
+        self.sum = self.sumsq = self.min = self.max = torch.zeros(0, device=self.device)
 
     @property
     def capacity(self) -> int:
         return len(self.n)
 
-    def _reserve(self, size: int, layers: int) -> None:
-        """Room for ``size`` ids: the arrays grown (and copied) when full; the first block
-        reserves four times its keys, so a shard grows its arrays a few times at most."""
+    def bytes_per_id(self, layers: int) -> int:
+        """Device bytes of one id: four moments of every (measure, layer), n, its key (x3)."""
+        return (8 + 8 + 4 + 4) * self.measures * layers + 8 + 3 * 8
+
+    @property
+    def nbytes(self) -> int:
+        held = (self.n, self.sum, self.sumsq, self.min, self.max)
+        return sum(t.numel() * t.element_size() for t in held) + self.index.nbytes
+
+    def reserve(self, size: int, layers: int, limit: int | None = None) -> None:
+        """Room for ``size`` ids: the arrays grown (and copied) when full, to twice their size
+        (four times the first block's keys at first) but never beyond ``limit`` ids."""
         if size <= self.capacity:
             return
         old = self.capacity
         cap = max(size, 2 * old, 4 * size if not old else 0, 1024)
+        if limit is not None:
+            cap = max(size, min(cap, limit))
         self.layers = layers
+        shape = (cap, self.measures, layers)
 
-        def grown(a: np.ndarray, fill: float) -> np.ndarray:
-            out = np.empty((cap, self.measures, layers), a.dtype)
+        def grown(a: torch.Tensor, fill: float, dtype: torch.dtype) -> torch.Tensor:
+            out = torch.full(shape, fill, dtype=dtype, device=self.device)
             if old:
                 out[:old] = a
-            out[old:] = fill
             return out
 
-        n = np.zeros(cap, np.int64)
+        n = torch.zeros(cap, dtype=torch.int64, device=self.device)
         n[:old] = self.n
         self.n = n
-        self.sum, self.sumsq = grown(self.sum, 0.0), grown(self.sumsq, 0.0)
-        self.min, self.max = grown(self.min, np.inf), grown(self.max, -np.inf)
+        self.sum = grown(self.sum, 0.0, torch.float64)
+        self.sumsq = grown(self.sumsq, 0.0, torch.float64)
+        self.min = grown(self.min, float("inf"), torch.float32)
+        self.max = grown(self.max, float("-inf"), torch.float32)
 
-    def add(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """Add a block: ``keys`` [tokens], ``values`` [layers, measures, tokens] float32;
-        the id of each token's key."""
-        uniq, inverse, counts = unique_inverse(keys)
-        ids = self.index.ids(uniq)
-        self._reserve(len(self.index), values.shape[0])
-        self.n[ids] += counts  # ids unique: no lost updates
+    def add(
+        self,
+        uniq: torch.Tensor,  # [keys] int64: the block's token keys, sorted, each once
+        inverse: torch.Tensor,  # [tokens] int64: each token's place in ``uniq``
+        counts: torch.Tensor,  # [keys] int64: tokens of each key
+        values: torch.Tensor,  # [tokens, measures, layers] float32
+        v64: torch.Tensor,  # [tokens, measures, layers] float64: values, cast once
+        limit: int | None = None,
+    ) -> torch.Tensor:
+        """Add a block; the id of each token's key ([tokens])."""
+        ids = self.index.ids(uniq)  # [keys]
+        self.reserve(len(self.index), values.shape[2], limit)
+        self.n.index_add_(0, ids, counts)  # ids unique: no lost updates
         token_ids = ids[inverse]  # [tokens]
-        add_moments(values, token_ids, self.sum, self.sumsq, self.min, self.max)
+        T = len(token_ids)
+        self.sum.index_add_(0, token_ids, v64)
+        self.sumsq.index_add_(0, token_ids, v64 * v64)  # exact: a float32's square fits
+        flat = token_ids[:, None].expand(T, values[0].numel())  # [tokens, measures · layers]
+        cells = values.reshape(T, -1)
+        self.min.view(self.capacity, -1).scatter_reduce_(0, flat, cells, "amin")
+        self.max.view(self.capacity, -1).scatter_reduce_(0, flat, cells, "amax")
         return token_ids
 
-    def by_key(self) -> tuple[np.ndarray, np.ndarray, dict[str, list[np.ndarray]]]:
-        """Token keys sorted, their n [keys] and, per moment, one contiguous [keys, layer]
-        array per measure (one gather each: no transposed copy)."""
-        order = np.argsort(self.index.keys)
-        moments = {
-            k: [getattr(self, k)[order, j] for j in range(self.measures)]
-            for k in ("sum", "sumsq", "min", "max")
-        }
-        return self.index.keys[order], self.n[order], moments
+    def held(self) -> dict[str, torch.Tensor]:
+        """The ids in use, on the device: key, n and the four moments ([ids, measure, layer])."""
+        k = len(self.index)
+        out = {"key": self.index.keys, "n": self.n[:k]}
+        out.update({m: getattr(self, m)[:k] for m in MOMENTS})
+        return out
 
 
-def sequence_moments(block: TokenBlock, v64: np.ndarray) -> dict[str, np.ndarray]:
+def sequence_moments(
+    sequence: torch.Tensor,  # [tokens] int64: the token's sequence in the block
+    category: torch.Tensor,  # [tokens] int64
+    v64: torch.Tensor,  # [tokens, measures, layers] float64
+) -> dict[str, torch.Tensor]:
     """Per category (index N_CAT: every token): sequences with such tokens, Σ and Σ² of
     their per-sequence means ([N_CAT + 1, measures, layers])."""
-    L, M, T = v64.shape
-    group = block.sequence * N_CAT + block.category  # [tokens]
-    order, starts, present = grouped(group)  # the (sequence, category) groups there are
-    counts = np.diff(np.r_[starts, T])
-    ordered = np.take(v64.reshape(L * M, T), order, axis=1)
-    sums = np.add.reduceat(ordered, starts, axis=1)  # [layer · m, group]
-    sums = sums.reshape(L, M, -1).transpose(1, 0, 2)  # [m, layer, group]
-    seq_of, cats = present // N_CAT, present % N_CAT
-    seq_starts = np.flatnonzero(np.r_[True, seq_of[1:] != seq_of[:-1]])
-    per_seq = np.add.reduceat(counts, seq_starts)
-    seq_means = np.add.reduceat(sums, seq_starts, axis=2) / per_seq  # [m, layer, seq]
-    means = sums / counts  # [m, layer, group]
-    out: dict[str, np.ndarray] = {"sequences": np.zeros(N_CAT + 1, np.int64)}
-    out["sequences"][:N_CAT] = np.bincount(cats, minlength=N_CAT)
-    out["sequences"][N_CAT] = len(seq_starts)
+    _, M, L = v64.shape
+    group = sequence * N_CAT + category  # [tokens]
+    present, inverse, counts = torch.unique(group, return_inverse=True, return_counts=True)
+    sums = torch.zeros(len(present), M, L, dtype=torch.float64, device=v64.device)
+    sums.index_add_(0, inverse, v64)  # [group, measure, layer]
+    means = sums / counts[:, None, None]
+    seq_of, cats = present // N_CAT, present % N_CAT  # [group]
+    per_seq, seq_index = torch.unique_consecutive(seq_of, return_inverse=True)  # groups sorted
+    seq_sums = torch.zeros(len(per_seq), M, L, dtype=torch.float64, device=v64.device)
+    seq_sums.index_add_(0, seq_index, sums)
+    seq_counts = torch.zeros(len(per_seq), dtype=torch.int64, device=v64.device)
+    seq_counts.index_add_(0, seq_index, counts)
+    seq_means = seq_sums / seq_counts[:, None, None]  # [seq, measure, layer]
+    out = {"sequences": torch.zeros(N_CAT + 1, dtype=torch.int64, device=v64.device)}
+    out["sequences"][:N_CAT] = torch.bincount(cats, minlength=N_CAT)
+    out["sequences"][N_CAT] = len(per_seq)
     for name, power in (("seq_sum", 1), ("seq_sumsq", 2)):
-        acc = np.zeros((N_CAT + 1, M, L))
-        for c in np.unique(cats):
-            acc[c] = (means[:, :, cats == c] ** power).sum(axis=2)
-        acc[N_CAT] = (seq_means**power).sum(axis=2)
-        out[name] = acc  # [cat, m, layer]
+        acc = torch.zeros(N_CAT + 1, M, L, dtype=torch.float64, device=v64.device)
+        acc[:N_CAT].index_add_(0, cats, means**power)
+        acc[N_CAT] = (seq_means**power).sum(dim=0)
+        out[name] = acc  # [cat, measure, layer]
     return out

@@ -1,8 +1,10 @@
 """A block of analysed tokens in columnar form: what the statistics and the detail read.
 
-The engine gives one ``[layer, measure, seq]`` array per sequence; a block lays a batch of
-sequences end to end (``values``: ``[layers, stored measures, tokens]``) with the per-token
-ids and flags beside it, once, so every consumer is a vectorized numpy pass.
+A block lays a chunk of sequences end to end: ``values`` (``[tokens, stored measures,
+layers]``) is a tensor on the device the engine ran on, where the statistics are
+accumulated (``stats/accumulate.py``), and the per-token ids and flags beside it are small
+host arrays (the sequences' own, laid end to end: a few vectorized copies), which the
+statistics send to the device once and the detail reads for the rows it keeps.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
@@ -31,22 +34,24 @@ class TokenBlock:
     is_masked: np.ndarray  # [tokens] bool
     category: np.ndarray  # [tokens] int8, index into CATEGORIES
     sequence: np.ndarray  # [tokens] int64, index of the token's sequence in the block
-    #: [layers, stored measures, tokens] float32, C-contiguous: the engine's own layout with
-    #: the sequences laid end to end (plain copies), and the layout every consumer wants:
-    #: elementwise passes (histogram bins, flat scatter indices), layer sums over axis 0
-    values: np.ndarray
+    #: [tokens, stored measures, layers] float32 on the engine's device, contiguous: a
+    #: token's values side by side, the rows every scatter of the statistics adds
+    values: torch.Tensor
 
     def __len__(self) -> int:
         return int(self.doc_id.shape[0])
 
     @property
     def layers(self) -> int:
-        return int(self.values.shape[0])
+        return int(self.values.shape[2])
 
     def take(self, rows: np.ndarray) -> TokenBlock:
-        """The tokens at ``rows`` (indices or a boolean mask), as a block of their own."""
-        fields = {k: getattr(self, k)[rows] for k in self.__dataclass_fields__ if k != "values"}
-        return TokenBlock(**fields, values=np.ascontiguousarray(self.values[:, :, rows]))
+        """The tokens at ``rows`` (indices or a boolean mask), as a block of their own (its
+        values gathered on their device)."""
+        index = np.flatnonzero(rows) if rows.dtype == np.bool_ else rows
+        fields = {k: getattr(self, k)[index] for k in self.__dataclass_fields__ if k != "values"}
+        picked = torch.from_numpy(np.asarray(index, np.int64)).to(self.values.device)
+        return TokenBlock(**fields, values=self.values.index_select(0, picked))
 
 
 class Vocabulary:
@@ -87,13 +92,14 @@ class Vocabulary:
 
 def token_block(
     seqs: Sequence[EncodedSequence],
-    measures: Sequence[np.ndarray],
+    measures: torch.Tensor | Sequence[np.ndarray | torch.Tensor],
     vocab: Vocabulary,
     columns: MeasureSet | None = None,
 ) -> TokenBlock:
-    """``measures[k]`` is the engine's ``[layer, measure, seq]`` array of ``seqs[k]``, its
-    measures those of ``columns`` (default: the paper's group); the block keeps the stored
-    ones."""
+    """The block of ``seqs`` and their measures, those of ``columns`` (default: the paper's
+    group), of which it keeps the stored ones. ``measures`` is either the chunk's tensor
+    ``[tokens, measure, layer]`` in ``seqs`` order (``mixing.batches.run_chunk``: on the
+    engine's device) or one engine-shaped ``[layer, measure, seq]`` array per sequence."""
     lengths = np.array([len(s) for s in seqs], dtype=np.int64)
     cat = np.concatenate
     token_id = cat([s.input_ids for s in seqs]).astype(np.int32)
@@ -101,7 +107,10 @@ def token_block(
     is_masked = cat([s.masked for s in seqs])
     # only special tokens need their string for the category
     strings = vocab.strings(token_id[is_special])
-    values = _stack(measures, (columns or measure_set(DEFAULT_GROUPS)).stored_index())
+    values = chunk_values(measures) if not isinstance(measures, torch.Tensor) else measures
+    stored = (columns or measure_set(DEFAULT_GROUPS)).stored_index()
+    if stored != list(range(values.shape[1])):
+        values = values.index_select(1, torch.tensor(stored, device=values.device))
     return TokenBlock(
         doc_id=np.repeat(np.array([s.doc_id for s in seqs], dtype=np.int64), lengths),
         segment=np.repeat(np.array([s.segment for s in seqs], dtype=np.int32), lengths),
@@ -115,13 +124,13 @@ def token_block(
         is_masked=is_masked,
         category=category_codes(is_special, is_masked, strings),
         sequence=np.repeat(np.arange(len(seqs), dtype=np.int64), lengths),
-        values=values,
+        values=values.contiguous(),
     )
 
 
-def _stack(measures: Sequence[np.ndarray], stored: list[int]) -> np.ndarray:
-    """[layer, measure, seq] per sequence → [layer, stored measure, tokens] float32, the
-    sequences end to end: two plain copies (concatenating whole rows, then taking the
-    stored measures), several times faster than a strided gather per sequence."""
-    whole = np.concatenate(measures, axis=2)  # [layer, measure, tokens]
-    return np.take(whole, stored, axis=1).astype(np.float32, copy=False)
+def chunk_values(measures: Sequence[np.ndarray | torch.Tensor]) -> torch.Tensor:
+    """One engine-shaped ``[layer, measure, seq]`` array per sequence → the chunk's
+    ``[tokens, measure, layer]`` float32 tensor, the sequences end to end."""
+    parts = [torch.as_tensor(m) for m in measures]
+    whole = torch.cat(parts, dim=2) if parts else torch.zeros(0, 0, 0)  # [layer, m, tokens]
+    return whole.permute(2, 1, 0).to(torch.float32).contiguous()
