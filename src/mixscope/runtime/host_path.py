@@ -15,6 +15,7 @@ Nothing here needs a model: ``benchmarks/host.py`` replays stored measures throu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -61,6 +62,9 @@ class ShardAccumulator:
         self.tokens = 0
         self.rows = 0  # token-layer rows analysed (all in the statistics)
         self.detail_rows = 0  # token-layer rows kept as detail
+        # CPU seconds of the result path's own thread (chunks and finish): what the host
+        # pays per token beside the model (benchmarks/actor.py)
+        self.cpu_seconds = 0.0
         # output.detail=sample: at least one document per shard (stats/detail.py)
         self._floor = ShardFloor() if output.detail == "sample" else None
 
@@ -90,6 +94,7 @@ class ShardAccumulator:
         seqs: Sequence[EncodedSequence],
         measures: torch.Tensor | Sequence[np.ndarray | torch.Tensor],
     ) -> None:
+        started = time.thread_time()
         block = token_block(seqs, measures, self.vocab, self.measures)
         self._layers = block.layers
         self._stats.add(block)
@@ -110,6 +115,7 @@ class ShardAccumulator:
             entry[1] += len(s)
         self.tokens += len(block)
         self.rows += len(block) * block.layers
+        self.cpu_seconds += time.thread_time() - started
 
     def _detail_table(self, part: Any) -> pa.Table:
         return detail_table(part, self.vocab, self.output.precision, self.measures.stored)
@@ -123,6 +129,7 @@ class ShardAccumulator:
     def finish(self, docs: Sequence[Document]) -> dict[str, dict[str, Any]]:
         """Merge and write every file of the shard; kind → its manifest entry."""
         self._wait()
+        started = time.thread_time()
         if self._floor is not None and not self._floor.sampled:
             for table in self._floor.parts:  # no document under the rate: the floor's one
                 self._add_detail(table)
@@ -134,6 +141,7 @@ class ShardAccumulator:
             data = self._detail.getvalue()
             files["tokens"] = write_bytes(self.layout, path, data, self._detail.rows)
         files["documents"] = self._write("documents", self._documents(docs))
+        self.cpu_seconds += time.thread_time() - started
         return files
 
     def _write(self, kind: str, table: pa.Table, stats: bool = False) -> dict[str, Any]:

@@ -31,6 +31,9 @@ class ShardResult:
     host: str = ""
     pid: int = 0
     device: str = ""
+    #: CPU seconds of the shard's result path on the worker's host (statistics, detail,
+    #: files): not committed, read by benchmarks/actor.py
+    result_cpu_seconds: float = 0.0
 
     @staticmethod
     def entries(files: Mapping[str, Mapping[str, Any]]) -> dict[str, FileEntry]:

@@ -227,4 +227,5 @@ class ShardWorker:
             host=socket.gethostname(),
             pid=os.getpid(),
             device=self.device,
+            result_cpu_seconds=round(results.cpu_seconds, 6),
         )
