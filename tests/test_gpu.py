@@ -187,3 +187,38 @@ def test_bfloat16_stays_close_to_float32(shape):
         del model
     for c, v in means[torch.float32].items():
         assert abs(means[torch.bfloat16][c] - v) <= 0.02, (c, means[torch.bfloat16][c], v)
+
+
+def test_statistics_on_the_gpu_equal_the_cpu():
+    """The shard statistics accumulated on the device (atomic adds in the device's order)
+    equal the CPU's table by table: counts, bins and extremes exactly, float64 sums to the
+    last bits (tests/stats_golden.py's fixed inputs: every group, several chunks)."""
+    import stats_golden as sg
+
+    from mixscope.mixing.measures import measure_set
+    from mixscope.stats.accumulate import ShardStatistics
+    from mixscope.stats.token_block import Vocabulary, chunk_values, token_block
+
+    seqs, measures, groups = sg.golden_shard()
+    vocab = Vocabulary(sg.GoldenTokenizer())
+    columns = measure_set(groups)
+    tables = {}
+    for device in ("cpu", DEVICE):
+        acc = ShardStatistics(vocab, columns)
+        for lo, hi in sg.CHUNKS:
+            values = chunk_values(measures[lo:hi]).to(device)  # as run_chunk leaves them
+            acc.add(token_block(seqs[lo:hi], values, vocab, columns))
+        assert acc.device is not None and acc.device.type == torch.device(device).type
+        tables[str(device)] = acc.tables()
+    cpu, gpu = tables["cpu"], tables[str(DEVICE)]
+    assert set(cpu) == set(gpu)
+    for name, want in cpu.items():
+        got = gpu[name]
+        assert got.schema == want.schema and got.num_rows == want.num_rows, name
+        for column in want.column_names:
+            a = got[column].to_numpy(zero_copy_only=False)
+            b = want[column].to_numpy(zero_copy_only=False)
+            if column.endswith(("_sum", "_sumsq")):
+                np.testing.assert_allclose(a.astype(float), b.astype(float), rtol=1e-13)
+            else:  # singleton rows' NULLs read as NaN
+                assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), (name, column)
