@@ -34,7 +34,7 @@ HEADLINES = {
     "engine": "the engine",
     "ff": "the `ff` group",
     "efficiency": "a whole job",
-    "host": "statistics on the host",
+    "host": "statistics (the result path)",
     "storage": "storage",
 }
 
