@@ -35,12 +35,14 @@ def bins(values: np.ndarray) -> np.ndarray:
     return np.clip(x, 0, HIST_BINS - 1).astype(np.int64)  # truncation = floor for x >= 0
 
 
-def device_bins(values: torch.Tensor) -> torch.Tensor:
+def device_bins(values: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``bins`` of a tensor, on its device: floor(v · HIST_BINS) clipped to the grid, NaN
     and -inf in bin 0, +inf in the last. ``values · HIST_BINS`` is exact (a power of two)
     in float32 and float64 alike, so the bin is the same whichever precision the value
-    comes in."""
-    x = torch.nan_to_num(values * HIST_BINS, nan=0.0, posinf=HIST_BINS - 1, neginf=0.0)
+    comes in. ``out``: a float buffer of ``values``' shape to scale into (its layout, e.g.
+    contiguous where ``values`` is a permuted view, is the result's)."""
+    x = torch.mul(values, HIST_BINS, out=out) if out is not None else values * HIST_BINS
+    torch.nan_to_num_(x, nan=0.0, posinf=HIST_BINS - 1, neginf=0.0)
     return x.clamp_(0, HIST_BINS - 1).to(torch.int64)  # truncation = floor for values >= 0
 
 
@@ -66,11 +68,14 @@ class LayerHistogram:
         # the cell of (layer, measure, token): ((layer · N_CAT + cat) · M + m) · BINS + bin,
         # laid out layer-major, token-minor: consecutive adds land in one (layer, measure)'s
         # few bins (cache-friendly on the CPU, 1.5x the speed of token-major)
-        layer = torch.arange(L, device=values.device) * (N_CAT * M * HIST_BINS)  # [layers]
-        measure = torch.arange(M, device=values.device) * HIST_BINS  # [measures]
-        cells = device_bins(values.permute(2, 1, 0).contiguous())  # [layers, measures, tokens]
-        cells += layer[:, None, None] + measure[:, None] + category * (M * HIST_BINS)
-        ones = torch.ones(1, dtype=torch.int64, device=values.device).expand(cells.numel())
+        dev = values.device
+        layer = torch.arange(L, device=dev) * (N_CAT * M * HIST_BINS)  # [layers]
+        measure = torch.arange(M, device=dev) * HIST_BINS  # [measures]
+        scaled = torch.empty(L, M, len(category), device=dev, dtype=values.dtype)
+        cells = device_bins(values.permute(2, 1, 0), out=scaled)  # [layers, measures, tokens]
+        cells += (layer[:, None] + measure)[:, :, None]  # in place: no [L, M, T] temporary
+        cells += category * (M * HIST_BINS)
+        ones = torch.ones(1, dtype=torch.int64, device=dev).expand(cells.numel())
         self.counts.index_add_(0, cells.view(-1), ones)
 
     def table(self) -> pa.Table:
