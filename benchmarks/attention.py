@@ -131,7 +131,7 @@ def padded_agreement(loaded: Any, n: int) -> float:
             span = slice(0, length) if side == "right" else slice(n - length, n)
             mask[b, span] = 1
         out = {
-            att: MixingEngine(loaded, attention=att).run(ids, mask).measures
+            att: MixingEngine(loaded, attention=att).run(ids, mask).measures.cpu()
             for att in ("fast", "eager")
         }  # [batch, layer, measure, seq]
         real = mask.bool().cpu()[:, None, None, :].expand_as(out["fast"])
