@@ -556,14 +556,17 @@ def test_every_measure_colour_is_clearly_distinct():
 
     cols = all_columns()
     assert len({c.color.lower() for c in cols}) == len(cols)
+    # a profile's buckets (the distance group's) are steps of one colour map, drawn as a
+    # heatmap beside each other, never as lines: they are held apart from the page only
+    pale = [c.label for c in cols if _delta_e2000(_lab(c.color), _lab("#ffffff")) < MIN_FROM_WHITE]
+    assert not pale, pale
+    cols = tuple(c for c in cols if c.profile is None)
     close = [
         (a.label, b.label, round(d, 1))
         for a, b in combinations(cols, 2)
         if (d := _delta_e2000(_lab(a.color), _lab(b.color))) < MIN_DELTA_E
     ]
     assert not close, close
-    pale = [c.label for c in cols if _delta_e2000(_lab(c.color), _lab("#ffffff")) < MIN_FROM_WHITE]
-    assert not pale, pale
     # negative control: the three purples the per-layer figure had fail the check
     old = ["#756bb1", "#7b4173", "#54278f"]  # GLOBENC-N, FFRESLN-N, SINK-N before
     assert min(_delta_e2000(_lab(a), _lab(b)) for a, b in combinations(old, 2)) < MIN_DELTA_E
@@ -571,13 +574,15 @@ def test_every_measure_colour_is_clearly_distinct():
 
 def test_every_measure_has_one_panel_and_no_panel_mixes_kinds():
     """From the registry: each measure on exactly one axis; weights (dashed) and norms
-    share one only in a group about the first position."""
+    share one only in a group about the first position; a profile's buckets (distance)
+    on none (their group's heatmap shows them)."""
     from mixscope.mixing.measures import GROUPS, all_columns, column, group_of
     from mixscope.report.layer_plots import layer_panels
 
     panels = layer_panels([c.name for c in all_columns()])
     placed = [m for p in panels for m in p.measures]
-    assert sorted(placed) == sorted(c.name for c in all_columns())
+    assert sorted(placed) == sorted(c.name for c in all_columns() if c.profile is None)
+    assert any(c.profile is not None for c in all_columns())
     for p in panels:
         (group,) = {group_of(m) for m in p.measures}
         if not GROUPS[group].first_position:

@@ -34,7 +34,7 @@ EXECUTOR_NAMES = ("local", "ray")
 
 #: ``analysis.measures``: the measure groups, in registry order (mixing/measures/ checks
 #: that its ``GROUPS`` are exactly these)
-MEASURE_GROUPS = ("paper", "globenc", "sink", "ff", "learned_sink")
+MEASURE_GROUPS = ("paper", "globenc", "sink", "ff", "learned_sink", "distance")
 #: what a job computes when it names no groups (runs written before groups existed)
 DEFAULT_MEASURE_GROUPS = ("paper",)
 #: the selection word for every group that applies to the model
