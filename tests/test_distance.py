@@ -218,3 +218,22 @@ def test_fewer_buckets_merge_the_far_ones(tiny):
     assert (three[:, 3:] == 0).all() and n > 8
     with pytest.raises(MixscopeError, match="distance_buckets"):
         MixingEngine(loaded, measures="distance", distance_buckets=13)
+
+
+def test_bucket_count_is_validated_and_in_the_identity_only_when_not_the_default(tmp_path):
+    from mixscope.config import load_spec
+    from mixscope.errors import SpecError
+    from mixscope.runtime.prepare import identity_options
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one\ntwo\n")
+    base = {"corpus.paths": [str(corpus)], "out": str(tmp_path / "out")}
+    with pytest.raises(SpecError, match="distance_buckets: from 2 to 12"):
+        load_spec(None, {**base, "analysis.distance_buckets": 13})
+    default = load_spec(None, base)
+    eight = load_spec(None, {**base, "analysis.distance_buckets": 8})
+    groups = ("paper", "distance")
+    assert "distance_buckets" not in identity_options(default, 128, groups)["analysis"]
+    assert identity_options(eight, 128, groups)["analysis"]["distance_buckets"] == 8
+    # without the group the count changes no number: the same run as the default's
+    assert identity_options(eight, 128, ("paper",)) == identity_options(default, 128, ("paper",))

@@ -37,6 +37,9 @@ EXECUTOR_NAMES = ("local", "ray")
 MEASURE_GROUPS = ("paper", "globenc", "sink", "ff", "learned_sink", "distance")
 #: what a job computes when it names no groups (runs written before groups existed)
 DEFAULT_MEASURE_GROUPS = ("paper",)
+#: ``analysis.distance_buckets``: the distance group's bucket count, by default and at most
+#: (its stored columns are fixed, so their codes are stable); at least 2
+DISTANCE_BUCKETS = 12
 #: the selection word for every group that applies to the model
 ALL_GROUPS = "all"
 

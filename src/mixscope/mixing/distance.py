@@ -19,13 +19,14 @@ from collections.abc import Iterator
 
 import torch
 
+from mixscope.choices import DISTANCE_BUCKETS
 from mixscope.errors import MixscopeError
 from mixscope.mixing.alpha_rows import BLOCK_SCORES, ScoreInputs, alpha_rows, block_rows
 from mixscope.mixing.block_tensors import BlockParams, head_values
 
 #: the buckets of the default profile: δ = 1, 2–3, 4–7, …, 1024–2047, ≥ 2048; also the
 #: most a run may ask for (the group's stored columns are fixed: their codes are stable)
-DEFAULT_BUCKETS = MAX_BUCKETS = 12
+DEFAULT_BUCKETS = MAX_BUCKETS = DISTANCE_BUCKETS
 
 
 def check_buckets(buckets: int) -> int:
