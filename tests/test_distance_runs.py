@@ -142,3 +142,35 @@ def test_a_root_without_the_group_says_so(root):
     con = connect(root["root"], run_ids=[root["ids"]["paper"]])
     with pytest.raises(MixscopeError, match="needs the 'distance' measure group"):
         run_query(con, "distance_profile")
+
+
+def test_the_report_draws_the_distance_figure_for_the_runs_that_have_it(root, tmp_path):
+    from mixscope.report import distance as RDist
+    from mixscope.report.build import build_report
+
+    ids = root["ids"]
+    built = build_report(root["root"], output=str(tmp_path / "png"), fmt="png", examples=False)
+    names = {Path(f).name for f in built.files}
+    assert {n for n in names if n.startswith("distance-")} == {
+        f"distance-{ids['distance']}.png",
+        f"distance-{ids['masked']}.png",
+    }
+    page = build_report(root["root"], output=str(tmp_path / "r.html"), examples=False)
+    assert "How far each layer reaches" in Path(page.output).read_text()
+    # the figure: three heatmaps (norm, weight, norm − weight) over layer × bucket, and the
+    # reach per layer by each, from the query's own rows
+    rows = [
+        dict(zip([d[0] for d in cur.description], r, strict=True))
+        for cur in [run_query(connect(root["root"]), "distance_profile")]
+        for r in cur.fetchall()
+        if r[0] == ids["distance"]
+    ]
+    fig = RDist.distance_figure(rows, "t")
+    heat = [ax for ax in fig.axes if ax.images]
+    assert len(heat) == 3
+    norm, weight, diff = (ax.images[0].get_array() for ax in heat)
+    assert norm.shape == (2, K)  # the tiny BERT's two layers × 12 buckets
+    assert np.allclose(diff, norm - weight)
+    assert np.allclose(norm.sum(axis=1), 100.0)  # each layer's shares: the whole context
+    (reach,) = [ax for ax in fig.axes if ax.get_ylabel() == "mean reach (tokens)"]
+    assert [ln.get_label() for ln in reach.lines] == ["by norm", "by weight"]

@@ -703,11 +703,12 @@ def test_vector_formats_write_the_page_and_a_file_per_figure(headed, tmp_path, f
         folder, page = tmp_path, tmp_path / "figures.html"
         result = _report(headed["root"], "--format", fmt, "-o", page, "--example", "1")
     assert result.exit_code == 0, result.output
-    names = {f"{k}-{run}" for k in ("layers", "token_types", "frequency", "sink", "components")}
+    kinds = ("layers", "token_types", "frequency", "sink", "distance", "components")
+    names = {f"{k}-{run}" for k in kinds}
     names |= {f"contributions-{run}-layer{k:02d}" for k in (1, 2)}
     figures = {f"{n}.{fmt}" for n in names}
     assert {p.name for p in folder.iterdir()} == figures | {page.name, "summary.csv"}
-    assert result.output == f"wrote {page} (7 {fmt.upper()} figures beside it)\n"
+    assert result.output == f"wrote {page} (8 {fmt.upper()} figures beside it)\n"
     for name in figures:
         data = (folder / name).read_bytes()
         if fmt == "svg":
