@@ -730,7 +730,7 @@ def test_vector_figures_render_in_headless_chromium(headed, tmp_path):
     folder = tmp_path / "svg"
     assert _report(headed["root"], "--format", "svg", "--no-examples", "-o", folder).exit_code == 0
     svgs = sorted(p.name for p in folder.glob("*.svg"))
-    assert len(svgs) == 5  # layers, token types, frequency, sink, components
+    assert len(svgs) == 6  # layers, token types, frequency, sink, distance, components
     probe = folder / "probe.html"
     tags = "".join(f'<img src="{name}" alt="">' for name in svgs)
     probe.write_text(f"<html><body>{tags}{PROBE}</body></html>", "utf-8")
