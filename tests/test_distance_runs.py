@@ -174,3 +174,40 @@ def test_the_report_draws_the_distance_figure_for_the_runs_that_have_it(root, tm
     assert np.allclose(norm.sum(axis=1), 100.0)  # each layer's shares: the whole context
     (reach,) = [ax for ax in fig.axes if ax.get_ylabel() == "mean reach (tokens)"]
     assert [ln.get_label() for ln in reach.lines] == ["by norm", "by weight"]
+
+
+@pytest.mark.slow
+def test_the_long_context_job_runs_the_group_on_8k_tokens(tmp_path):
+    """jobs/long_context.yaml (8,192-token segments, the fast path, paper + distance) on a
+    random Llama-shaped model (tests/shaped_models.py): the job completes, and the far
+    buckets (2,048 tokens and more) hold part of the context."""
+    import torch
+
+    from mixscope.config import load_spec
+    from mixscope.runtime.driver import run_job
+    from shaped_models import build
+
+    model_dir = tmp_path / "llama"
+    model, tok = build("llama-memory", torch.float32, "cpu", 8192)
+    tok.model_max_length = 8192  # the WordPiece tokenizer says 512
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    words = " ".join(f"word{k % 997} and more text" for k in range(2500))
+    corpus = tmp_path / "long.jsonl"
+    corpus.write_text(json.dumps({"text": words}) + "\n", encoding="utf-8")
+    job = Path(__file__).parents[1] / "jobs" / "long_context.yaml"
+    spec = load_spec(
+        str(job),
+        {
+            "model": str(model_dir),
+            "corpus.paths": [str(corpus)],
+            "out": str(tmp_path / "out"),
+            "analysis.dtype": "float32",
+            "runtime.executor": "local",
+        },
+    )
+    assert spec.analysis.max_length == 8192 and "distance" in spec.analysis.measures
+    summary = run_job(spec, show_progress=False)
+    assert summary.status == "complete"
+    got = run_query(connect(str(tmp_path / "out")), "distance_profile", {"beyond": 2048}).fetchall()
+    assert got and all(r[-2] > 0 and r[-1] > 0 for r in got)  # beyond_n, beyond_w
