@@ -1,4 +1,4 @@
-"""The ``distance`` group's textbook formula (docs/method.md §7), float64, from the
+"""The ``distance`` group's textbook formula (docs/method.md §5e), float64, from the
 materialised per-source vectors: for every token i and every source j ≠ i, the bucket of
 δ = |i − j| found by a loop (the smallest b with δ < 2^(b+1), the last bucket open-ended),
 ‖a_ij‖ and ᾱ_ij added to it, each row divided by its total. No prefix sums, no Gram form.

@@ -1,4 +1,4 @@
-"""The ``distance`` group (docs/method.md §7) against the float64 brute force.
+"""The ``distance`` group (docs/method.md §5e) against the float64 brute force.
 
 Every family's tiny random model in float64, padded right and left, eager and fast, against
 tests/reference_distance.py's textbook loop over materialised per-source vectors

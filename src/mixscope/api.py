@@ -182,7 +182,7 @@ def analyze(
     schema metadata ``mixscope.skipped`` (JSON). One float32 column per measure of the
     selected groups (``mixscope.measure_groups()`` lists them). ``progress``: transformers'
     weight-loading bars (off: they would print into a notebook's output).
-    ``distance_buckets``: the ``distance`` group's bucket count (2–12, docs/method.md §7).
+    ``distance_buckets``: the ``distance`` group's bucket count (2–12, docs/method.md §5e).
     """
     names = parse_names(measures)  # an unknown group: before anything
     loaded, seqs = _prepare(

@@ -106,7 +106,7 @@ class AnalysisSpec:
     distance_buckets: int = setting(
         DISTANCE_BUCKETS,
         "The distance group's buckets: δ = 1, 2–3, 4–7, …, the last open-ended "
-        f"(2 to {DISTANCE_BUCKETS}; fewer merge the far ones, docs/method.md §7).",
+        f"(2 to {DISTANCE_BUCKETS}; fewer merge the far ones, docs/method.md §5e).",
     )
     # not in the run identity: fast and eager agree to float rounding (≤ 1e-5 in float32,
     # tested), like batch sizes

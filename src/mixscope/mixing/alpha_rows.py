@@ -1,6 +1,6 @@
 """The attention weights of a block of query rows, without ever holding the [seq, seq] matrix.
 
-A group that reads every pair's weight (the ``distance`` group, docs/method.md §7) walks the
+A group that reads every pair's weight (the ``distance`` group, docs/method.md §5e) walks the
 query rows block by block. On the eager path the rows are a slice of the weights the model
 returned. On the fast path the kernel returned only the output and each row's log-sum-exp,
 so the rows are recomputed from the scores:

@@ -1,4 +1,4 @@
-"""Distance profiles: how much of each token's context comes from each distance (method.md §7).
+"""Distance profiles: how much of each token's context comes from each distance (method.md §5e).
 
 For token i and its sources j ≠ i at distance δ = |i − j| (a causal model's weights are 0
 for j > i, so there δ = i − j), buckets ``B_0 = {1}, B_1 = {2, 3}, …, B_b = {2^b .. 2^(b+1) − 1}``,

@@ -1,4 +1,4 @@
-"""The ``distance`` group's exactness identity (eager path, ``verify``): method.md §7.
+"""The ``distance`` group's exactness identity (eager path, ``verify``): method.md §5e.
 
 Three residuals, each of which a wrong piece fails:
 

@@ -1,4 +1,4 @@
-"""The distance section: how far each layer reaches, by norm beside weight (method.md §7).
+"""The distance section: how far each layer reaches, by norm beside weight (method.md §5e).
 
 For the runs with the ``distance`` group: a layer × distance heatmap of the share of the
 context that comes from each distance bucket by norm, the same by attention weight, and

@@ -1,6 +1,6 @@
 """The ``distance`` group: how far each layer reaches, by norm beside weight.
 
-docs/method.md §7. The paper's ratios say *how much* of a token's new representation comes
+docs/method.md §5e. The paper's ratios say *how much* of a token's new representation comes
 from context, not *from how far*. With the ATTN parts ``a_ij = Σ_h α^h_ij f^h(x_j)`` and
 the head-mean weights ᾱ_ij, for token i, its sources j ≠ i at distance δ = |i − j| (i − j
 in a causal model) and the buckets ``B_0 = {1}, B_1 = {2, 3}, …, B_b = {2^b .. 2^(b+1) − 1}``,
