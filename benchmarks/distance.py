@@ -32,7 +32,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch
 
 import attention as A
-from common import machine, publish, shaped, source_state
+from common import machine, publish, source_state
 from timing import interleaved, paired_ratio, synchronizer
 
 #: the goals of issue 42: paper + distance over the SDPA forward
