@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from reference_distance import distance_measures
 from reference_ff import ff_measures
 
 #: where each family keeps the pieces of one attention block (paths relative to the block)
@@ -263,6 +264,7 @@ def block_reference(
         "attnresln_n": _ratio(F[sub]),
         "globenc_n": _ratio(G[sub]),
         **sink_measures(alpha[np.ix_(range(H), idx, idx)], a[sub]),
+        **distance_measures(alpha[np.ix_(range(H), idx, idx)], a[sub]),
         **{k: v for k, v in ff.items() if not k.startswith("_")},
     }
     pairs = {

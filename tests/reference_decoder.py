@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from reference_distance import distance_measures
 from reference_ff import ff_measures, moe_measures
 
 MEASURES = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
@@ -798,6 +799,7 @@ def reference(
             "attnres_n": _ratio(r),
             "attnresln_n": _ratio(F),
             **_sink(alpha, a),
+            **distance_measures(alpha, a),
         }
         if L.sinks is not None:
             measures["lsink_w"] = sink_mass.mean(axis=0)

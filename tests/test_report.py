@@ -556,14 +556,17 @@ def test_every_measure_colour_is_clearly_distinct():
 
     cols = all_columns()
     assert len({c.color.lower() for c in cols}) == len(cols)
+    # a profile's buckets (the distance group's) are steps of one colour map, drawn as a
+    # heatmap beside each other, never as lines: they are held apart from the page only
+    pale = [c.label for c in cols if _delta_e2000(_lab(c.color), _lab("#ffffff")) < MIN_FROM_WHITE]
+    assert not pale, pale
+    cols = tuple(c for c in cols if c.profile is None)
     close = [
         (a.label, b.label, round(d, 1))
         for a, b in combinations(cols, 2)
         if (d := _delta_e2000(_lab(a.color), _lab(b.color))) < MIN_DELTA_E
     ]
     assert not close, close
-    pale = [c.label for c in cols if _delta_e2000(_lab(c.color), _lab("#ffffff")) < MIN_FROM_WHITE]
-    assert not pale, pale
     # negative control: the three purples the per-layer figure had fail the check
     old = ["#756bb1", "#7b4173", "#54278f"]  # GLOBENC-N, FFRESLN-N, SINK-N before
     assert min(_delta_e2000(_lab(a), _lab(b)) for a, b in combinations(old, 2)) < MIN_DELTA_E
@@ -571,13 +574,15 @@ def test_every_measure_colour_is_clearly_distinct():
 
 def test_every_measure_has_one_panel_and_no_panel_mixes_kinds():
     """From the registry: each measure on exactly one axis; weights (dashed) and norms
-    share one only in a group about the first position."""
+    share one only in a group about the first position; a profile's buckets (distance)
+    on none (their group's heatmap shows them)."""
     from mixscope.mixing.measures import GROUPS, all_columns, column, group_of
     from mixscope.report.layer_plots import layer_panels
 
     panels = layer_panels([c.name for c in all_columns()])
     placed = [m for p in panels for m in p.measures]
-    assert sorted(placed) == sorted(c.name for c in all_columns())
+    assert sorted(placed) == sorted(c.name for c in all_columns() if c.profile is None)
+    assert any(c.profile is not None for c in all_columns())
     for p in panels:
         (group,) = {group_of(m) for m in p.measures}
         if not GROUPS[group].first_position:
@@ -698,11 +703,12 @@ def test_vector_formats_write_the_page_and_a_file_per_figure(headed, tmp_path, f
         folder, page = tmp_path, tmp_path / "figures.html"
         result = _report(headed["root"], "--format", fmt, "-o", page, "--example", "1")
     assert result.exit_code == 0, result.output
-    names = {f"{k}-{run}" for k in ("layers", "token_types", "frequency", "sink", "components")}
+    kinds = ("layers", "token_types", "frequency", "sink", "distance", "components")
+    names = {f"{k}-{run}" for k in kinds}
     names |= {f"contributions-{run}-layer{k:02d}" for k in (1, 2)}
     figures = {f"{n}.{fmt}" for n in names}
     assert {p.name for p in folder.iterdir()} == figures | {page.name, "summary.csv"}
-    assert result.output == f"wrote {page} (7 {fmt.upper()} figures beside it)\n"
+    assert result.output == f"wrote {page} (8 {fmt.upper()} figures beside it)\n"
     for name in figures:
         data = (folder / name).read_bytes()
         if fmt == "svg":
@@ -724,7 +730,7 @@ def test_vector_figures_render_in_headless_chromium(headed, tmp_path):
     folder = tmp_path / "svg"
     assert _report(headed["root"], "--format", "svg", "--no-examples", "-o", folder).exit_code == 0
     svgs = sorted(p.name for p in folder.glob("*.svg"))
-    assert len(svgs) == 5  # layers, token types, frequency, sink, components
+    assert len(svgs) == 6  # layers, token types, frequency, sink, distance, components
     probe = folder / "probe.html"
     tags = "".join(f'<img src="{name}" alt="">' for name in svgs)
     probe.write_text(f"<html><body>{tags}{PROBE}</body></html>", "utf-8")

@@ -53,6 +53,8 @@ def test_every_named_query_is_checked_here():
         "top_tokens",
         "sink_profile",  # tests/test_measure_runs.py (a root with the sink group)
         "component_profile",  # tests/test_measure_runs.py (a root with the paper + ff groups)
+        "distance_profile",  # tests/test_distance_runs.py (a root with the distance group)
+        "distance_compare",  # tests/test_distance_runs.py
     }
     for q in all_queries().values():
         assert q.description and q.columns and q.sql.lstrip().startswith("--"), q.name

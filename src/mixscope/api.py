@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mixscope.choices import DISTANCE_BUCKETS
 from mixscope.corpus.encode import EncodedSequence, encode_documents, validate_documents
 from mixscope.corpus.masking import MASK_COUNTS
 from mixscope.errors import MixscopeError
@@ -151,6 +152,7 @@ def analyze(
     batch_tokens: int | None = BATCH_TOKENS,
     measures: Any = None,
     progress: bool = False,
+    distance_buckets: int = DISTANCE_BUCKETS,
 ) -> pa.Table:
     """Context-mixing measures of every token and layer of ``texts``.
 
@@ -180,6 +182,7 @@ def analyze(
     schema metadata ``mixscope.skipped`` (JSON). One float32 column per measure of the
     selected groups (``mixscope.measure_groups()`` lists them). ``progress``: transformers'
     weight-loading bars (off: they would print into a notebook's output).
+    ``distance_buckets``: the ``distance`` group's bucket count (2–12, docs/method.md §5e).
     """
     names = parse_names(measures)  # an unknown group: before anything
     loaded, seqs = _prepare(
@@ -196,7 +199,13 @@ def analyze(
         measures=names,
         progress=progress,
     )
-    engine = MixingEngine(loaded, verify=verify, attention=attention, measures=names)
+    engine = MixingEngine(
+        loaded,
+        verify=verify,
+        attention=attention,
+        measures=names,
+        distance_buckets=distance_buckets,
+    )
     skipped = dict(engine.selection.skipped)
     noteworthy = engine.selection.noteworthy_skips
     if noteworthy:

@@ -34,9 +34,12 @@ EXECUTOR_NAMES = ("local", "ray")
 
 #: ``analysis.measures``: the measure groups, in registry order (mixing/measures/ checks
 #: that its ``GROUPS`` are exactly these)
-MEASURE_GROUPS = ("paper", "globenc", "sink", "ff", "learned_sink")
+MEASURE_GROUPS = ("paper", "globenc", "sink", "ff", "learned_sink", "distance")
 #: what a job computes when it names no groups (runs written before groups existed)
 DEFAULT_MEASURE_GROUPS = ("paper",)
+#: ``analysis.distance_buckets``: the distance group's bucket count, by default and at most
+#: (its stored columns are fixed, so their codes are stable); at least 2
+DISTANCE_BUCKETS = 12
 #: the selection word for every group that applies to the model
 ALL_GROUPS = "all"
 

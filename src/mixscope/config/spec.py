@@ -18,6 +18,7 @@ from mixscope.choices import (
     ATTENTION_MODES,
     DEFAULT_MEASURE_GROUPS,
     DETAIL_MODES,
+    DISTANCE_BUCKETS,
     EXECUTOR_NAMES,
     MASK_COUNTS,
     MEASURE_GROUPS,
@@ -100,6 +101,12 @@ class AnalysisSpec:
         DEFAULT_MEASURE_GROUPS,
         f"Measure groups ({', '.join(MEASURE_GROUPS)}; comma-separated), or all: every group that "
         "applies to the model (docs/method.md).",
+    )
+    # in the run identity when not the default (runtime/prepare.py)
+    distance_buckets: int = setting(
+        DISTANCE_BUCKETS,
+        "The distance group's buckets: δ = 1, 2–3, 4–7, …, the last open-ended "
+        f"(2 to {DISTANCE_BUCKETS}; fewer merge the far ones, docs/method.md §5e).",
     )
     # not in the run identity: fast and eager agree to float rounding (≤ 1e-5 in float32,
     # tested), like batch sizes

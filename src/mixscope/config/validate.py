@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from mixscope.choices import parse_measure_groups
+from mixscope.choices import DISTANCE_BUCKETS, parse_measure_groups
 from mixscope.config.spec import JobSpec, spec_fields
 from mixscope.errors import SpecError
 
@@ -62,6 +62,10 @@ def validate(spec: JobSpec) -> None:
         (c.limit is None or c.limit > 0, "corpus.limit: must be positive"),
         (a.max_length is None or a.max_length >= 4, "analysis.max_length: at least 4"),
         (0 <= a.mask_rate < 1, "analysis.mask_rate: in [0, 1)"),
+        (
+            2 <= a.distance_buckets <= DISTANCE_BUCKETS,
+            f"analysis.distance_buckets: from 2 to {DISTANCE_BUCKETS}",
+        ),
         (r.workers >= 1, "runtime.workers: at least 1"),
         (r.min_workers is None or r.min_workers >= 1, "runtime.min_workers: at least 1"),
         (r.max_workers is None or r.max_workers >= 1, "runtime.max_workers: at least 1"),

@@ -49,6 +49,8 @@ class ForwardState:
     in two threads, each see their own."""
 
     first: torch.Tensor | None = None  # [batch] long
+    #: keep what the kernel saw (q, k, mask, LSE) for a group that reads every pair's weight
+    scores: bool = False
     converted: list[Any] = field(default_factory=lambda: [None, None, None])  # ref, dtype, mask
 
 
@@ -58,9 +60,11 @@ _STATE: contextvars.ContextVar[ForwardState | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def forward_state(first: torch.Tensor | None = None) -> Iterator[ForwardState]:
+def forward_state(
+    first: torch.Tensor | None = None, scores: bool = False
+) -> Iterator[ForwardState]:
     """A fresh :class:`ForwardState` for the forward inside (the engine's); dropped after."""
-    token = _STATE.set(ForwardState(first))
+    token = _STATE.set(ForwardState(first, scores))
     try:
         yield _STATE.get()  # type: ignore[misc]
     finally:

@@ -13,6 +13,8 @@ from typing import Literal
 
 import torch
 
+from mixscope.mixing.alpha_rows import ScoreInputs
+
 
 @dataclass
 class NormParams:
@@ -160,6 +162,9 @@ class BlockTensors:
     ff_out: torch.Tensor | None = None  # [batch, seq, hidden]
     # a mixture of experts' routing: each token's top-k gates and their experts
     ff_route: tuple[torch.Tensor, torch.Tensor] | None = None  # [batch · seq, k] each
+    # what the fast kernel saw (q, k, mask, LSE), where a selected group reads every pair's
+    # weight (mixing/alpha_rows.py recomputes α's rows from it); None on eager
+    scores: ScoreInputs | None = None
 
     def full_alpha(self) -> torch.Tensor:
         """The full weights [batch, heads, seq, seq]; only the eager path captures them."""

@@ -128,6 +128,7 @@ class Capture:
         if isinstance(weights, FastWeights):  # α_ii, α_i0 [batch, heads, seq]
             store["alpha_self"], store["alpha_first"] = weights.own, weights.first
             store["sink_mass"] = weights.sink  # π [batch, heads, seq]; None without sinks
+            store["scores"] = weights.scores  # q, k, mask, LSE where a group reads α_ij
         else:  # eager: α [batch, heads, seq, seq]
             store["alpha_self"] = torch.diagonal(weights, dim1=-2, dim2=-1)
             if self.points.adapter.learned_sinks:  # the sink's column was dropped: 1 − Σ_j α
@@ -163,6 +164,7 @@ class Capture:
             ),
             ff_out=store.get("ff_out"),
             ff_route=store.get("ff_route"),
+            scores=store.get("scores"),
         )
 
     @contextlib.contextmanager

@@ -28,6 +28,7 @@ from mixscope.mixing import ATTENTION_MODES
 from mixscope.mixing.block_weights import BlockWeights
 from mixscope.mixing.capture import Capture, ForwardDone
 from mixscope.mixing.chain import BlockChain
+from mixscope.mixing.distance import DEFAULT_BUCKETS, check_buckets
 from mixscope.mixing.exactness import attention_sum, check_residuals
 from mixscope.mixing.fast_attention import FAST_ATTENTION, forward_state, register
 from mixscope.mixing.measures import GROUPS, MeasureSet, Selection, select
@@ -73,6 +74,7 @@ class MixingEngine:
         verify: bool = False,
         attention: str = "auto",
         measures: Any = None,
+        distance_buckets: int = DEFAULT_BUCKETS,
     ) -> None:
         if attention not in ATTENTION_MODES:
             raise MixscopeError(
@@ -85,6 +87,7 @@ class MixingEngine:
             )
         self.loaded = loaded
         self.verify = verify
+        self.distance_buckets = check_buckets(distance_buckets)
         self.attention = attention
         # the selected groups (``measures``: names, "all", or a resolved Selection); a
         # group named explicitly that does not apply to the model is refused here
@@ -153,7 +156,12 @@ class MixingEngine:
     def batch_info(self, valid: torch.Tensor) -> BatchInfo:
         """The padding layout every block of a batch shares (``valid`` [batch, seq] bool)."""
         first = valid.long().argmax(dim=-1)  # [batch] the first real position
-        return BatchInfo(valid=valid, no_context=self.no_context(valid), first=first)
+        return BatchInfo(
+            valid=valid,
+            no_context=self.no_context(valid),
+            first=first,
+            buckets=self.distance_buckets,
+        )
 
     def _finish(
         self, capture: Capture, idx: int, store: dict[str, Any], out: list[Any], pairs: bool
@@ -203,12 +211,14 @@ class MixingEngine:
         if self.verify:
             needs |= frozenset().union(*(g.verify_needs for g in self.groups))
         first = any(g.first_position for g in self.groups)  # α_i0 only where it is read
+        # every pair's weight: eager keeps the full α, the fast kernel its q, k and LSE
+        pair_weights = any(g.pair_weights for g in self.groups)
         capture = Capture(
             self.points,
             self.params,
             needs,
             stat_dtype=self.stat_dtype,
-            full_alpha=pairs or self.verify,
+            full_alpha=pairs or self.verify or pair_weights,
             first=first,
         )
         # per-layer measures, per-layer maps, exactness residuals
@@ -228,7 +238,7 @@ class MixingEngine:
         try:
             with (
                 capture.hooks(batch, lambda i, store: self._finish(capture, i, store, out, pairs)),
-                forward_state(batch.first if first else None),
+                forward_state(batch.first if first else None, scores=pair_weights),
                 attention_implementation(model, implementation),
             ):
                 model(**inputs)  # ends early: the model's output is never read

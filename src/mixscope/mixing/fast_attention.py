@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from mixscope.errors import MixscopeError
+from mixscope.mixing.alpha_rows import ScoreInputs
 from mixscope.mixing.attention_kernels import (
     additive_mask,
     attention_with_lse,
@@ -64,6 +65,8 @@ class FastWeights:
     first: torch.Tensor | None  # α_i0 [batch, heads, seq]; None where no group reads it
     #: π^h_i, the learned sinks' mass (gpt-oss), [batch, heads, seq]; None without sinks
     sink: torch.Tensor | None = None
+    #: q, k, the mask and LSE, where a group reads every pair's weight (alpha_rows.py)
+    scores: ScoreInputs | None = None
 
 
 @contextlib.contextmanager
@@ -202,7 +205,11 @@ def mixscope_attention_forward(
     alpha_first = None
     if first is not None:
         alpha_first = first_weights(query, key, attention_mask, lse, scale, first, cap)
-    return out.transpose(1, 2).contiguous(), FastWeights(alpha_self, alpha_first, sink)
+    scores = None
+    if state is not None and state.scores:  # every pair's weight, recomputed later by rows
+        scores = ScoreInputs(query, key, attention_mask, lse, scale, causal, cap)
+    weights = FastWeights(alpha_self, alpha_first, sink, scores)
+    return out.transpose(1, 2).contiguous(), weights
 
 
 def with_learned_sinks(

@@ -29,6 +29,7 @@ SECTIONS = {
     "token-types": "Token types by layer",
     "frequency": "Frequency rank and mixing ratio",
     "sink": "The first position: attention weight and norm",
+    "distance": "How far each layer reaches: distance by norm and by weight",
     "components": "Through the block: attention to feed-forward",
     "trend": "Checkpoint trend",
     "compare": "Comparison of two runs",

@@ -16,6 +16,7 @@ SECTIONS = (
     "token-types",
     "frequency",
     "sink",
+    "distance",
     "components",
     "trend",
     "compare",
@@ -38,6 +39,7 @@ def figures(
     from mixscope.report.components import component_section
     from mixscope.report.context import Report, select_runs
     from mixscope.report.contributions import contributions_section
+    from mixscope.report.distance import distance_section
     from mixscope.report.frequency import frequency_section
     from mixscope.report.layers import layer_sections, sink_section
     from mixscope.report.plots import pyplot
@@ -52,6 +54,7 @@ def figures(
         "token-types": layer_sections,
         "frequency": frequency_section,
         "sink": sink_section,
+        "distance": distance_section,
         "components": component_section,
         "trend": trend_section,
         "compare": lambda r: compare_section(r, compare),

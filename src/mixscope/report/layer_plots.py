@@ -32,7 +32,8 @@ def layer_panels(measures: list[str] | set[str]) -> list[Panel]:
     present = set(measures)
     out = []
     for g in GROUPS.values():
-        cols = [c for c in g.columns if c.name in present]
+        # a profile's buckets (distance) are its group's heatmap, not lines here
+        cols = [c for c in g.columns if c.name in present and c.profile is None]
         if not cols:
             continue
         if g.first_position:

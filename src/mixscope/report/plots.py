@@ -20,6 +20,8 @@ COLORS = {c.name: c.color for c in all_columns()}
 LINESTYLES = {c.name: "--" if c.dashed else "-" for c in all_columns()}
 #: registry order
 _ORDER = {c.name: k for k, c in enumerate(all_columns())}
+#: the buckets of a profile (Column.profile): drawn by their group's own figure
+_PROFILE = frozenset(c.name for c in all_columns() if c.profile is not None)
 #: grid lines: light grey, under the data
 GRID_MAJOR = "#d9d9d9"
 GRID_MINOR = "#eeeeee"
@@ -36,8 +38,9 @@ CATEGORY_LABELS = {
 
 def measures_in(rows: list[dict]) -> list[str]:
     """The measures that ``rows`` have (a ``measure`` column), in registry order: a figure
-    shows the measures of the runs it is about."""
-    present = {r["measure"] for r in rows if r.get("measure") in _ORDER}
+    shows the measures of the runs it is about. A profile's buckets (the distance group's)
+    are no line or panel of their own: their group's section draws them as one heatmap."""
+    present = {r["measure"] for r in rows if r.get("measure") in _ORDER} - _PROFILE
     return sorted(present, key=_ORDER.__getitem__)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mixscope.choices import DISTANCE_BUCKETS
 from mixscope.config import JobSpec
 from mixscope.corpus.plan import CorpusPlan, plan_corpus
 from mixscope.errors import MixscopeError, SpecError
@@ -172,6 +173,9 @@ def identity_options(
         options["corpus"]["pair_selection"] = c.pair_selection
     if a.mask_count != "round":
         options["analysis"]["mask_count"] = a.mask_count
+    # the bucket count changes the numbers of the distance group only
+    if a.distance_buckets != DISTANCE_BUCKETS and (groups is None or "distance" in groups):
+        options["analysis"]["distance_buckets"] = a.distance_buckets
     from mixscope.mixing.measures import DEFAULT_GROUPS
 
     if groups is not None and tuple(groups) != DEFAULT_GROUPS:

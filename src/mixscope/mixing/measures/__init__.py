@@ -23,7 +23,7 @@ from mixscope.choices import (
     parse_measure_groups,
 )
 from mixscope.errors import SpecError
-from mixscope.mixing.measures import ff, globenc, learned_sink, paper, sink
+from mixscope.mixing.measures import distance, ff, globenc, learned_sink, paper, sink
 from mixscope.mixing.measures.base import Column, MeasureGroup
 
 if TYPE_CHECKING:
@@ -31,7 +31,15 @@ if TYPE_CHECKING:
 
 #: every group, in registry order (append new groups at the end: stored codes follow it)
 GROUPS: dict[str, MeasureGroup] = {
-    g.name: g for g in (paper.GROUP, globenc.GROUP, sink.GROUP, ff.GROUP, learned_sink.GROUP)
+    g.name: g
+    for g in (
+        paper.GROUP,
+        globenc.GROUP,
+        sink.GROUP,
+        ff.GROUP,
+        learned_sink.GROUP,
+        distance.GROUP,
+    )
 }
 if tuple(GROUPS) != MEASURE_GROUPS:  # pragma: no cover - caught by any test run
     raise ImportError(f"choices.MEASURE_GROUPS {MEASURE_GROUPS} != the registry {tuple(GROUPS)}")

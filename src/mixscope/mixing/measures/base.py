@@ -47,6 +47,9 @@ class Column:
     pair: bool = False
     #: dashed in figures (attention weights, as opposed to norms)
     dashed: bool = False
+    #: one bucket of a profile (the ``distance`` group's shares by distance): drawn with
+    #: the profile's other buckets as one heatmap, not as a line of its own
+    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class BatchInfo:
     valid: torch.Tensor  # [batch, seq] bool: a real token
     no_context: torch.Tensor  # [batch, seq] bool: a real token with no other token to mix in
     first: torch.Tensor  # [batch] long: the sequence's first real position (padding aside)
+    #: the distance profile's bucket count (``analysis.distance_buckets``, the run's setting)
+    buckets: int = 12
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,9 @@ class MeasureGroup:
     #: the group reads α^h_i0, the weights on the first real position (the fast kernel
     #: computes them only for a batch whose groups read them)
     first_position: bool = False
+    #: the group reads every pair's weight α^h_ij: the eager path keeps the full weights,
+    #: the fast kernel keeps q, k and its LSE to recompute them block by block
+    pair_weights: bool = False
     #: the group measures something only some families have (learned sinks): ``all``
     #: skipping it on another family is expected, so it is recorded (run.json, the table's
     #: metadata) but not announced

@@ -1,0 +1,79 @@
+"""The attention weights of a block of query rows, without ever holding the [seq, seq] matrix.
+
+A group that reads every pair's weight (the ``distance`` group, docs/method.md §5e) walks the
+query rows block by block. On the eager path the rows are a slice of the weights the model
+returned. On the fast path the kernel returned only the output and each row's log-sum-exp,
+so the rows are recomputed from the scores:
+
+    α^h_ij = exp(s_ij + m_ij − LSE_i),   s_ij = scale · q_i · k_j   (capped: c · tanh(s / c))
+
+with the kernel's own LSE (the learned sinks' LSE' where the family has them, so a row sums
+to 1 − π as on eager). One block costs [batch, heads, rows, seq]: memory O(seq · rows).
+:class:`ScoreInputs` is what the fast attention function keeps for this (q, k, the mask,
+LSE), held only until the block's measures are computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+#: score elements ([batch, heads, rows, seq]) per block of rows: 2^24 (64 MiB in float32)
+BLOCK_SCORES = 1 << 24
+
+
+@dataclass(frozen=True)
+class ScoreInputs:
+    """What the fast kernel saw, to recompute any block of α's rows (fast_attention.py)."""
+
+    query: torch.Tensor  # [batch, heads, seq, head_dim]
+    key: torch.Tensor  # [batch, kv_heads, seq, head_dim]
+    mask: torch.Tensor | None  # bool keep-mask or additive, [batch | 1, 1 | heads, seq, seq]
+    lse: torch.Tensor  # [batch, heads, seq]: LSE_i (LSE'_i with learned sinks)
+    scale: float
+    causal: bool  # no mask given, keys after the query masked (the kernel's is_causal)
+    softcap: float | None = None  # Gemma-2's score cap c
+
+    def rows(self, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
+        """α of query rows ``start:stop``: [batch, heads, rows, seq] in ``dtype``."""
+        q = self.query[:, :, start:stop].to(dtype)  # [batch, heads, rows, head_dim]
+        k = self.key.to(dtype)  # [batch, kv_heads, seq, head_dim]
+        batch, heads, rows, dim = q.shape
+        kv, seq = k.shape[1], k.shape[2]
+        grouped = q.reshape(batch, kv, heads // kv, rows, dim)  # heads grouped by kv head
+        s = (grouped @ k.unsqueeze(2).transpose(-1, -2)).reshape(batch, heads, rows, seq)
+        s.mul_(self.scale)  # [batch, heads, rows, seq]
+        if self.softcap is not None:
+            s = s.div_(self.softcap).tanh_().mul_(self.softcap)
+        if self.mask is not None:
+            m = self.mask[..., start:stop, :]
+            if m.dtype == torch.bool:
+                s.masked_fill_(~m, float("-inf"))
+            else:
+                s.add_(m.to(dtype))
+        if self.causal:
+            i = torch.arange(start, stop, device=s.device)[:, None]
+            j = torch.arange(seq, device=s.device)[None, :]
+            s.masked_fill_(j > i, float("-inf"))
+        lse = self.lse[:, :, start:stop].to(dtype).unsqueeze(-1)  # [batch, heads, rows, 1]
+        # a fully masked row (a padded query) has no weights, whatever its LSE says
+        s.sub_(torch.where(torch.isfinite(lse), lse, float("inf"))).exp_()
+        return s
+
+
+def block_rows(batch: int, heads: int, seq: int, budget: int = BLOCK_SCORES) -> int:
+    """Query rows per block so that one block of weights holds about ``budget`` elements."""
+    return max(1, min(seq, budget // max(1, batch * heads * seq)))
+
+
+def alpha_rows(
+    full: torch.Tensor | None, scores: ScoreInputs | None, start: int, stop: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """α of query rows ``start:stop``, [batch, heads, rows, seq]: a slice of the eager
+    weights ``full`` where the block has them, else recomputed from ``scores``."""
+    if full is not None:
+        return full[:, :, start:stop].to(dtype)
+    if scores is None:
+        raise ValueError("no attention weights: neither the eager weights nor the scores")
+    return scores.rows(start, stop, dtype)

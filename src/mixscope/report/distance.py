@@ -1,0 +1,106 @@
+"""The distance section: how far each layer reaches, by norm beside weight (method.md §5e).
+
+For the runs with the ``distance`` group: a layer × distance heatmap of the share of the
+context that comes from each distance bucket by norm, the same by attention weight, and
+their difference (norm − weight: blue where the weight overstates a distance, red where it
+understates it); and the per-layer mean reach in tokens by each. From the named query
+``distance_profile``, so the figure shows exactly what the query answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mixscope.report import data
+from mixscope.report import html as H
+from mixscope.report.context import Report, label, slug
+
+
+def distance_section(rep: Report) -> None:
+    """One figure per run that has the distance group; a note where none has."""
+    s = rep.sections["distance"]
+    have = data.runs_with_group(rep.con, "distance")
+    runs = [r for r in rep.runs if r["run_id"] in have]
+    if not runs:
+        s.add(H.note("No run here has the distance group (--measures paper,distance or all)."))
+        return
+    s.add(
+        H.paragraph(
+            "Share of each token's context that comes from each distance (tokens, buckets "
+            "1, 2–3, 4–7, …; the last open-ended), per layer, over the tokens with context: "
+            "by the per-pair norms of the attention's parts (Kobayashi et al. 2020), by the "
+            "attention weights, and norm − weight. Right: the mean reach in tokens by each "
+            "(bucket midpoints; the open-ended bucket at its lower edge)."
+        )
+    )
+    profile = rep.by_run(data.named(rep.con, "distance_profile"))
+    figures = []
+    for run in runs:
+        rid, name = run["run_id"], label(run)
+        fig = distance_figure(profile.get(rid, []), f"How far each layer reaches\n{name}")
+        figures.append(
+            rep.plot("distance", f"distance-{slug(rid)}", f"distance, {name}", fig, add=False)
+        )
+    s.add(H.grid(figures))
+
+
+def _grid(rows: list[dict], key: str, layers: list[int], buckets: list[int]) -> Any:
+    import numpy as np
+
+    grid = np.full((len(layers), len(buckets)), np.nan)
+    for r in rows:
+        grid[layers.index(int(r["layer"])), buckets.index(int(r["bucket"]))] = 100 * r[key]
+    return grid
+
+
+def _span(r: dict) -> str:
+    lo, hi = int(r["lo"]), r["hi"]
+    if hi is None:
+        return f"≥{lo}"
+    return str(lo) if lo == int(hi) else f"{lo}–{int(hi)}"
+
+
+def distance_figure(rows: list[dict], title: str) -> Any:
+    """Three layer × bucket heatmaps (norm, weight, difference) and the reach per layer,
+    from ``distance_profile`` rows of one run."""
+    import numpy as np
+
+    from mixscope.report.plots import layer_axis, pyplot
+
+    plt = pyplot()
+    layers = sorted({int(r["layer"]) for r in rows})
+    buckets = sorted({int(r["bucket"]) for r in rows})
+    spans = {int(r["bucket"]): _span(r) for r in rows}
+    height = max(3.8, 1.2 + 0.28 * len(layers))
+    fig, axes = plt.subplots(
+        1, 4, figsize=(20, height), layout="constrained", width_ratios=[1, 1, 1, 0.9]
+    )
+    norm, weight = _grid(rows, "share_n", layers, buckets), _grid(rows, "share_w", layers, buckets)
+    diff = norm - weight
+    finite = np.abs(diff[np.isfinite(diff)])
+    bound = max(1.0, float(finite.max())) if finite.size else 1.0  # symmetric about 0
+    panels = (
+        (norm, "by norm", "viridis", 0.0, 100.0),
+        (weight, "by weight", "inferno", 0.0, 100.0),
+        (diff, "norm − weight", "RdBu", -bound, bound),
+    )
+    for ax, (grid, what, cmap, lo, hi) in zip(axes, panels, strict=False):
+        im = ax.imshow(grid, aspect="auto", cmap=cmap, vmin=lo, vmax=hi, origin="lower")
+        ax.set_xticks(range(len(buckets)), [spans[b] for b in buckets], rotation=60, fontsize=7)
+        ax.set_yticks(range(len(layers)), [str(x) for x in layers], fontsize=7)
+        ax.set_xlabel("distance (tokens)")
+        ax.set_ylabel("layer")
+        ax.set_title(f"share of the context {what} (%)")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
+    ax = axes[3]
+    reach = {int(r["layer"]): (r["reach_n"], r["reach_w"]) for r in rows}
+    ax.plot(layers, [reach[x][0] for x in layers], "-o", color="#21908d", label="by norm")
+    ax.plot(layers, [reach[x][1] for x in layers], "--s", color="#bc3754", label="by weight")
+    layer_axis(ax, layers)
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel("mean reach (tokens)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(frameon=False, fontsize=8)
+    ax.set_title("mean distance of the context")
+    fig.suptitle(title)
+    return fig
