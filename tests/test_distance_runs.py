@@ -211,3 +211,34 @@ def test_the_long_context_job_runs_the_group_on_8k_tokens(tmp_path):
     assert summary.status == "complete"
     got = run_query(connect(str(tmp_path / "out")), "distance_profile", {"beyond": 2048}).fetchall()
     assert got and all(r[-2] > 0 and r[-1] > 0 for r in got)  # beyond_n, beyond_w
+
+
+def test_a_job_computes_the_bucket_count_it_was_given(tiny_bert_dir, tmp_path):
+    """``analysis.distance_buckets: 4`` reaches the job's workers: buckets 0-3 take every
+    share (the last one open-ended), 4-11 stay 0, and the run is not the default's."""
+    from mixscope.config import load_spec
+    from mixscope.runtime.driver import run_job
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    ids = {}
+    for buckets in (4, 12):
+        values = {
+            "model": tiny_bert_dir,
+            "corpus.paths": [str(corpus)],
+            "out": str(tmp_path / "results"),
+            "runtime.executor": "local",
+            "output.detail": "full",
+            "analysis.measures": ["paper", "distance"],
+            "analysis.distance_buckets": buckets,
+        }
+        summary = run_job(load_spec(None, values), show_progress=False)
+        assert summary.status == "complete"
+        ids[buckets] = summary.run_id
+    assert ids[4] != ids[12]
+    for shares in _shares(str(tmp_path / "results"), ids[4]):
+        assert np.all(shares[:, :, 4:] == 0)
+        total = shares[:, :, :4].sum(axis=2)  # [tokens, layer]
+        assert np.allclose(total[total > 0.5], 1.0, atol=1e-5)
+    _, wide = _shares(str(tmp_path / "results"), ids[12])
+    assert np.any(wide[:, :, 4:] > 0)  # the default's long sequence reaches beyond bucket 3

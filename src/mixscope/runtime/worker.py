@@ -98,7 +98,11 @@ class ShardWorker:
         self.device = str(device)
         self.load_seconds = round(time.time() - loading, 3)  # start-up cost (benchmarks/elastic.py)
         self.engine = MixingEngine(
-            self.loaded, verify=r.verify, attention=a.attention, measures=a.measures
+            self.loaded,
+            verify=r.verify,
+            attention=a.attention,
+            measures=a.measures,
+            distance_buckets=a.distance_buckets,
         )
         self.vocab = Vocabulary(self.tokenizer)
         # statistics, detail rows and Parquet encoding, one chunk behind the model
