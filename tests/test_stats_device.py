@@ -164,3 +164,20 @@ def test_run_chunk_is_the_per_sequence_results_end_to_end_in_chunk_order(tmp_pat
         got = run_chunk(engine, seqs, batch)
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+def test_a_float64_model_s_values_are_taken_as_the_float32_the_detail_stores():
+    """A float64 model's engine gives float64 measures: the statistics are those of their
+    float32 values (the detail's), the same tables as a float32 chunk's."""
+    seqs, measures, groups = sg.golden_shard()
+    vocab = Vocabulary(sg.GoldenTokenizer())
+    columns = measure_set(groups)
+    tables = []
+    for dtype in (torch.float64, torch.float32):
+        acc = ShardStatistics(vocab, columns)
+        for lo, hi in sg.CHUNKS:
+            values = chunk_values(measures[lo:hi]).to(dtype)
+            acc.add(token_block(seqs[lo:hi], values, vocab, columns))
+        tables.append(acc.tables())
+    for name, table in tables[1].items():
+        assert tables[0][name].equals(table), name

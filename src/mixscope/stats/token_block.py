@@ -124,7 +124,7 @@ def token_block(
         is_masked=is_masked,
         category=category_codes(is_special, is_masked, strings),
         sequence=np.repeat(np.arange(len(seqs), dtype=np.int64), lengths),
-        values=values.contiguous(),
+        values=values.to(torch.float32).contiguous(),  # what the detail stores
     )
 
 
