@@ -194,8 +194,7 @@ def test_statistics_on_the_gpu_equal_the_cpu():
     equal the CPU's table by table: counts, bins and extremes exactly, float64 sums to the
     last bits (tests/stats_golden.py's fixed inputs: every group, several chunks)."""
     import stats_golden as sg
-
-    from mixscope.mixing.measures import measure_set
+    from mixscope.registry import measure_set
     from mixscope.stats.accumulate import ShardStatistics
     from mixscope.stats.token_block import Vocabulary, chunk_values, token_block
 

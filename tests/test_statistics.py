@@ -380,7 +380,9 @@ def test_queries_are_right_at_every_commit_and_consolidation(tmp_path):
     vocab = Vocabulary(sf.SyntheticTokenizer())
     records, want_n, want_sum = [], [], []
     for k, (encoded, measures) in enumerate(shards):  # every shard's files first, uncommitted
-        results = ShardAccumulator(layout, "r", k, vocab, OutputSpec(detail="full"))
+        results = ShardAccumulator(
+            layout, "r", k, vocab, OutputSpec(detail="full"), measures=sf.MEASURE_SET
+        )
         results.add(encoded, measures)
         files = results.finish([Document(s.doc_id, "", "f", 0) for s in encoded])
         records.append(
@@ -559,10 +561,10 @@ def test_a_shard_added_block_by_block_equals_the_whole_block():
     for m in measures:  # not multiples of 1/8
         m += rng.random(m.shape, dtype=np.float32) / 1000
     vocab = Vocabulary(sf.SyntheticTokenizer())
-    whole = statistics(token_block(encoded, measures, vocab), vocab)
-    acc = ShardStatistics(vocab)
+    whole = statistics(token_block(encoded, measures, vocab, sf.MEASURE_SET), vocab, sf.MEASURE_SET)
+    acc = ShardStatistics(vocab, sf.MEASURE_SET)
     for lo, hi in ((0, 7), (7, 8), (8, 30), (30, len(encoded))):  # chunks share many keys
-        acc.add(token_block(encoded[lo:hi], measures[lo:hi], vocab))
+        acc.add(token_block(encoded[lo:hi], measures[lo:hi], vocab, sf.MEASURE_SET))
     parts = acc.tables()
     assert set(parts) == set(whole) == set(STATS)
     for kind, table in whole.items():

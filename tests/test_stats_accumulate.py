@@ -42,10 +42,12 @@ def written():
         m += rng.random(m.shape, dtype=np.float32) / 7
         m[:, 2] = m[:, 0] / 2
     vocab = Vocabulary(sf.SyntheticTokenizer())
-    blocks = [token_block(encoded[lo:hi], measures[lo:hi], vocab) for lo, hi in CHUNKS]
+    blocks = [
+        token_block(encoded[lo:hi], measures[lo:hi], vocab, sf.MEASURE_SET) for lo, hi in CHUNKS
+    ]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(histograms, "HIST_MERGE", 500)  # merged many times in between
-        acc = ShardStatistics(vocab)
+        acc = ShardStatistics(vocab, sf.MEASURE_SET)
         for b in blocks:
             acc.add(b)
         tables = acc.tables()
@@ -206,7 +208,7 @@ def test_detail_parts_are_gathered_into_row_groups(shard, monkeypatch):
 
     blocks, _ = shard
     vocab = Vocabulary(sf.SyntheticTokenizer())
-    parts = [detail_table(b, vocab) for b in blocks]
+    parts = [detail_table(b, vocab, stored=sf.MEASURE_SET.stored) for b in blocks]
     sizes = [p.num_rows for p in parts]
     monkeypatch.setattr(writer, "ROW_GROUP_MIN", sizes[0] + sizes[1])  # two parts per group
     buf = writer.ParquetBuffer(parts[0].schema)

@@ -195,7 +195,7 @@ class ShardWorker:
             self.vocab,
             self.spec.output,
             self._host,
-            self.engine.measure_set,
+            measures=self.engine.measure_set,
         )
         sequences = 0
         pending: Future[list[EncodedSequence]] | None = None
