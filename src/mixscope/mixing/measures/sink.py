@@ -37,7 +37,7 @@ class Sink(MeasureGroup):
     def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
         import torch
 
-        from mixscope.mixing.ratios import first_attention_vector, norm_ratio
+        from mixscope.mixing.attention_parts import first_attention_vector, norm_ratio
 
         t, p = block.t, block.p
         assert t.alpha_first is not None
@@ -57,9 +57,9 @@ class Sink(MeasureGroup):
     def check(self, exact: BlockChain, batch: BatchInfo) -> list[Residual]:
         import torch
 
+        from mixscope.mixing.attention_parts import first_attention_vector
         from mixscope.mixing.block_tensors import per_head_transformed
         from mixscope.mixing.exactness import relative_error
-        from mixscope.mixing.ratios import first_attention_vector
 
         t, p = exact.t, exact.p
         alpha = t.full_alpha().clone()  # [batch, heads, seq, seq]
