@@ -32,8 +32,7 @@ DEVICE = torch.device(os.environ.get("MIXSCOPE_GPU_TEST_DEVICE", "cuda"))
 #: the real shapes on a GPU, their small siblings (same family and layout) on the CPU
 SHAPES = ("bert-base", "llama-1b") if DEVICE.type == "cuda" else ("bert-small", "llama-small")
 
-pytestmark = [
-    pytest.mark.gpu,
+pytestmark = [  # its tier, gpu: tests/conftest.py
     # the groups measures="all" leaves out on pre-LN families: expected here, not news
     pytest.mark.filterwarnings("ignore:measures='all' skipped groups"),
     pytest.mark.skipif(

@@ -473,7 +473,6 @@ def test_the_wikitext2_job_reads_the_hub_and_the_shared_copy_alike():
             assert f"--set {key}={'null' if value is None else value}" in header
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not WIKITEXT.is_file(), reason="the shared WikiText-2 corpus is not here")
 def test_wikitext2_histogram_rho_is_within_1e3_of_exact(ray_local, minilm_path, tmp_path):
     """The WikiText-2 job (first 500 paragraphs, MiniLM): histogram rho vs exact rho."""
