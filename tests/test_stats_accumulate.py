@@ -58,7 +58,8 @@ def written():
 def shard(written):
     """(the blocks as added, the tables of the shard as every reader sees them: rows)."""
     blocks, tables = written
-    return blocks, {k: restore(STATS[k], t).to_pylist() for k, t in tables.items()}
+    kinds = {k: STATS[k].with_measures(sf.MEASURE_SET.stored) for k in tables}
+    return blocks, {k: restore(kinds[k], t).to_pylist() for k, t in tables.items()}
 
 
 def _occurrences(blocks: list[TokenBlock]):

@@ -167,8 +167,9 @@ class StatsKind:
     doc: str
     #: per stored measure m, the columns ``<m>_<stat>``: (stat, type, merge)
     moments: tuple[tuple[str, pa.DataType, str], ...] = ()
-    #: the stored measures whose moments this kind holds (a run's; see :func:`stats_kinds`)
-    measures: tuple[str, ...] = STORED_MEASURES
+    #: the stored measures whose moments this kind holds: a run's, never assumed (none in
+    #: the base kinds of ``STATS``; :meth:`with_measures`, :meth:`for_columns`, :func:`stats_kinds`)
+    measures: tuple[str, ...] = ()
     #: moments a shard's file leaves NULL where ``n = 1`` (restored from ``<m>_sum``:
     #: ``sumsq`` squared, the others the same); see :data:`SCHEMA_VERSION` 4
     singleton_stats: tuple[str, ...] = ()
