@@ -163,6 +163,7 @@ def run_new(root: str, mode: str, vocab: Any, seqs: list, measures: list, chunk:
     """One shard through ShardAccumulator (synchronous): wall and CPU seconds, of which finish,
     bytes."""
     from mixscope.config import OutputSpec
+    from mixscope.registry import measure_set
     from mixscope.store.layout import Layout
 
     ShardAccumulator = _shard_results()
@@ -170,12 +171,12 @@ def run_new(root: str, mode: str, vocab: Any, seqs: list, measures: list, chunk:
     layout = Layout.open(root)
     out = OutputSpec(detail=detail, sample_rate=rate, precision=precision)
     if mode in GROUP_MODES:
-        from mixscope.mixing.measures import measure_set
-
         groups = measure_set(ALL_GROUPS)
-        results = ShardAccumulator(layout, f"bench-{mode}", 0, vocab, out, None, groups)
+        results = ShardAccumulator(layout, f"bench-{mode}", 0, vocab, out, None, measures=groups)
     else:
-        results = ShardAccumulator(layout, f"bench-{mode}", 0, vocab, out, None)
+        results = ShardAccumulator(
+            layout, f"bench-{mode}", 0, vocab, out, None, measures=measure_set(("paper",))
+        )
     chunks = [(seqs[i : i + chunk], measures[i : i + chunk]) for i in range(0, len(seqs), chunk)]
     try:  # what the worker hands over: the chunk's tensor, as the engine left it
         from mixscope.stats.token_block import chunk_values
@@ -227,12 +228,21 @@ def breakdown(root: str, tok: Any, seqs: list, measures: list, chunk: int, mode:
     import pstats
 
     from mixscope.config import OutputSpec
+    from mixscope.registry import measure_set
     from mixscope.store.layout import Layout
 
     ShardAccumulator, Vocabulary = _shard_results(), _vocabulary()
     detail, rate, precision = MODES[mode]
     out = OutputSpec(detail=detail, sample_rate=rate, precision=precision)
-    results = ShardAccumulator(Layout.open(root), "profile", 0, Vocabulary(tok), out, None)
+    results = ShardAccumulator(
+        Layout.open(root),
+        "profile",
+        0,
+        Vocabulary(tok),
+        out,
+        None,
+        measures=measure_set(("paper",)),
+    )
     profiler = cProfile.Profile()
     profiler.enable()
     for i in range(0, len(seqs), chunk):
@@ -260,7 +270,7 @@ def serve(args: argparse.Namespace) -> int:
     tok = offline_tokenizer()
     seqs, measures = synthetic_shard(np.random.default_rng(0), 0, args.shard_seqs)
     try:  # the current code: the same shard with every group's columns
-        from mixscope.mixing.measures import measure_set
+        from mixscope.registry import measure_set
 
         width = len(measure_set(ALL_GROUPS).columns)
         _, wide = synthetic_shard(np.random.default_rng(0), 0, args.shard_seqs, width)
@@ -377,7 +387,7 @@ def report(med: dict, tokens: int, args: argparse.Namespace, load: tuple, code: 
             f"(baseline {base['bytes'] / (tokens * LAYERS):.2f}) "
             f"| {goal} |"
         )
-    from mixscope.mixing.measures import measure_set
+    from mixscope.registry import measure_set
 
     stored = len(measure_set(ALL_GROUPS).stored)
     for mode, (detail, _, _) in GROUP_MODES.items():

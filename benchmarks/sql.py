@@ -150,6 +150,7 @@ def shard_inputs(rng: np.random.Generator, zipf: Zipf, first_doc: int, n_seqs: i
 def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 0) -> dict:
     """A complete, consolidated run of about ``rows`` token-layer rows; sizes and times."""
     from mixscope.config import OutputSpec
+    from mixscope.registry import measure_set
     from mixscope.runtime.host_path import ShardAccumulator
     from mixscope.runtime.shard_result import ShardResult
     from mixscope.stats.consolidate import consolidate
@@ -197,7 +198,9 @@ def write_results(root: Path, rows: int, tok: Any, shard_rows: int, seed: int = 
         t0 = time.perf_counter()
         seqs, measures, docs = shard_inputs(rng, zipf, first, count)
         t1 = time.perf_counter()
-        results = ShardAccumulator(layout, run_id, shard_id, vocab, output, None)
+        results = ShardAccumulator(
+            layout, run_id, shard_id, vocab, output, None, measures=measure_set(("paper",))
+        )
         for i in range(0, count, CHUNK):
             results.add(seqs[i : i + CHUNK], measures[i : i + CHUNK])
         files = results.finish(docs)

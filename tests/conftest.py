@@ -18,9 +18,16 @@ from tiny_models import build, minilm_dir
 #: the reliability matrix table (``--reliability-report PATH``)
 pytest_plugins = ["reliability_report"]
 
+# -- the tiers: every test's tier is declared here, and only here (no test file marks its
+# own: tests/test_tiers.py checks it). A test is ``e2e`` (a Ray cluster, driver processes,
+# whole jobs, the reliability matrix), else ``slow`` (the real model, large inputs, the
+# benchmarks' smoke runs), else fast; ``gpu`` tests need CUDA (benchmarks/gpu_check.sh).
+# Docs: docs/development.md, "Tiers".
+
 #: fixtures whose use makes a test slow (the real model) or end to end (a cluster or jobs)
 SLOW_FIXTURES = {"minilm_path"}
 E2E_FIXTURES = {"ray_local", "clean_run"}
+#: whole modules of one tier (file stems); ``tests/reliability/`` is e2e too
 E2E_MODULES = {
     "test_pipeline",
     "test_submit",
@@ -31,21 +38,44 @@ E2E_MODULES = {
     "test_new_layouts_end_to_end",
     "test_readme_walkthrough",  # the README's own-corpus commands, each on its own Ray
 }
+SLOW_MODULES = {
+    "test_benchmark_scripts",  # each benchmark's --quick run
+    "test_elastic",  # a cluster that grows and shrinks under a slow job
+}
+GPU_MODULES = {"test_gpu"}
+#: single tests (``module::function``) of a tier their module is not
+E2E_TESTS = {
+    "test_executor::test_a_released_job_ends_the_ray_it_started",
+}
+SLOW_TESTS = {
+    "test_distance_runs::test_the_long_context_job_runs_the_group_on_8k_tokens",
+}
+
+
+def tier(item) -> str | None:
+    """The tier of a collected test: "e2e", "slow" or None (fast)."""
+    names = set(getattr(item, "fixturenames", ()))
+    test = f"{item.path.stem}::{getattr(item, 'originalname', item.name)}"
+    if (
+        "reliability" in item.path.parts
+        or item.path.stem in E2E_MODULES
+        or test in E2E_TESTS
+        or names & E2E_FIXTURES
+    ):
+        return "e2e"
+    if item.path.stem in SLOW_MODULES or test in SLOW_TESTS or names & SLOW_FIXTURES:
+        return "slow"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tiers from what a test uses, so no test can forget its marker: ``e2e`` for the
-    reliability matrix, the pipeline modules and a Ray cluster; ``slow`` for the real model."""
+    """Tiers from the lists above, so no test can forget its marker."""
     for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        if (
-            "reliability" in item.path.parts
-            or item.path.stem in E2E_MODULES
-            or names & E2E_FIXTURES
-        ):
-            item.add_marker(pytest.mark.e2e)
-        elif names & SLOW_FIXTURES:
-            item.add_marker(pytest.mark.slow)
+        kind = tier(item)
+        if kind is not None:
+            item.add_marker(getattr(pytest.mark, kind))
+        if item.path.stem in GPU_MODULES:
+            item.add_marker(pytest.mark.gpu)
 
 
 @pytest.fixture(scope="session")

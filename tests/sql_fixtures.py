@@ -27,6 +27,7 @@ import pyarrow as pa
 from mixscope.config import OutputSpec
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
+from mixscope.registry import measure_set
 from mixscope.runtime.host_path import ShardAccumulator
 from mixscope.runtime.shard_result import ShardResult
 from mixscope.stats.consolidate import consolidate
@@ -35,9 +36,12 @@ from mixscope.store.layout import Layout
 from mixscope.store.manifest import commit_shard
 from mixscope.store.run_record import RunRecord
 from mixscope.store.runs import now, write_run
-from mixscope.store.schema import MEASURE_COLUMNS, SCHEMA_VERSION
+from mixscope.store.schema import SCHEMA_VERSION
 
-MEASURES = MEASURE_COLUMNS
+#: the synthetic runs' measure set (the paper's group: what runs before groups stored), passed
+#: explicitly to every writer: storage and statistics assume none
+MEASURE_SET = measure_set(("paper",))
+MEASURES = MEASURE_SET.columns
 
 CLS, SEP, MASK, UNK = (101, "[CLS]"), (102, "[SEP]"), (103, "[MASK]"), (100, "[UNK]")
 #: word pieces of the synthetic corpus (ids of the MiniLM vocabulary; any ids would do)
@@ -177,8 +181,11 @@ def result_tables(
     from mixscope.stats.token_block import token_block
 
     vocab = Vocabulary(SyntheticTokenizer())
-    block = token_block(*shard_arrays(seqs, layers, rng), vocab)
-    return detail_table(block, vocab), statistics(block, vocab)
+    block = token_block(*shard_arrays(seqs, layers, rng), vocab, MEASURE_SET)
+    return (
+        detail_table(block, vocab, stored=MEASURE_SET.stored),
+        statistics(block, vocab, MEASURE_SET),
+    )
 
 
 # -- a run written through the store ---------------------------------------------------
@@ -222,7 +229,9 @@ def write_synthetic_run(
     rows = tokens = 0
     vocab = Vocabulary(SyntheticTokenizer())
     for shard_id, (seqs, measures) in enumerate(shards):
-        results = ShardAccumulator(layout, run_id, shard_id, vocab, OutputSpec(detail="full"))
+        results = ShardAccumulator(
+            layout, run_id, shard_id, vocab, OutputSpec(detail="full"), measures=MEASURE_SET
+        )
         results.add(seqs, measures)
         docs = [
             Document(d, f"text {d}", f"/synthetic/{corpus}.txt", d)

@@ -44,7 +44,7 @@ class GoldenTokenizer:
 def golden_shard() -> tuple[list, list[np.ndarray], tuple[str, ...]]:
     """(EncodedSequences, their [layer, column, seq] float32 measures, the groups)."""
     from mixscope.corpus.encode import EncodedSequence
-    from mixscope.mixing.measures import measure_set
+    from mixscope.registry import measure_set
 
     rng = np.random.default_rng(39)
     columns = measure_set(GROUPS).columns
@@ -88,7 +88,7 @@ def main() -> None:
     """Write the golden tables with the code on ``sys.path``."""
     import pyarrow.parquet as pq
 
-    from mixscope.mixing.measures import measure_set
+    from mixscope.registry import measure_set
     from mixscope.stats.accumulate import ShardStatistics
     from mixscope.stats.token_block import Vocabulary, token_block
 

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -32,20 +30,17 @@ def _quick(script: str, tmp_path: Path, *more: str) -> str:
     return _run(script, "--quick", "--dir", str(tmp_path), *more)
 
 
-@pytest.mark.slow
 def test_storage_benchmark_runs(tmp_path: Path) -> None:
     out = _quick("storage.py", tmp_path)
     assert "full float16" in out and "summary means max |diff|" in out
     assert list(tmp_path.iterdir()) == []  # its results directories are removed
 
 
-@pytest.mark.slow
 def test_host_benchmark_runs(tmp_path: Path) -> None:
     out = _quick("host.py", tmp_path)
     assert "| `none` |" in out and "tokens/s per core" in out
 
 
-@pytest.mark.slow
 def test_ff_benchmark_runs() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
@@ -59,7 +54,6 @@ def test_ff_benchmark_runs() -> None:
     assert "| MiniLM-L6 (real) | 128 × 4 |" in done.stdout and "paper + ff / SDPA" in done.stdout
 
 
-@pytest.mark.slow
 def test_efficiency_benchmark_runs(tmp_path: Path) -> None:
     out = _quick("efficiency.py", tmp_path, "--long", "2")
     assert "Amortized: the corpus repeated 2 times" in out
@@ -68,14 +62,12 @@ def test_efficiency_benchmark_runs(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # its scratch folder is removed
 
 
-@pytest.mark.slow
 def test_decomposition_benchmark_runs() -> None:
     """benchmarks/decomposition.py against a baseline revision (git archive of HEAD)."""
     args = ("--baseline", "HEAD", "--reps", "1", "--runs", "2", "--batch", "2", "--seq-len", "32")
     assert "this / baseline **" in _run("decomposition.py", *args)
 
 
-@pytest.mark.slow
 def test_attention_benchmark_times_the_new_layouts() -> None:
     """attention.py --decoder: fast / SDPA on a random decoder of the 2024–26 layouts."""
     out = _run("attention.py", "--decoder", "olmo2", "--decoder-n", "64", "--reps", "1")

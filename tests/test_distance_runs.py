@@ -176,7 +176,6 @@ def test_the_report_draws_the_distance_figure_for_the_runs_that_have_it(root, tm
     assert [ln.get_label() for ln in reach.lines] == ["by norm", "by weight"]
 
 
-@pytest.mark.slow
 def test_the_long_context_job_runs_the_group_on_8k_tokens(tmp_path):
     """jobs/long_context.yaml (8,192-token segments, the fast path, paper + distance) on a
     random Llama-shaped model (tests/shaped_models.py): the job completes, and the far

@@ -26,8 +26,6 @@ import pytest
 from ray_cluster import LocalCluster, driver_env
 from run_helpers import content_hash
 
-pytestmark = pytest.mark.slow
-
 SHARDS = 14
 SLOW = 1.5  # seconds per shard at least
 

@@ -147,7 +147,6 @@ print(json.dumps({
 """
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("release", ["release", "keep"])
 def test_a_released_job_ends_the_ray_it_started(release, tiny_bert_dir, tmp_path):
     """``mixscope run`` (release): the embedded Ray the job started is shut down when the

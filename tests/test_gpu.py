@@ -32,8 +32,7 @@ DEVICE = torch.device(os.environ.get("MIXSCOPE_GPU_TEST_DEVICE", "cuda"))
 #: the real shapes on a GPU, their small siblings (same family and layout) on the CPU
 SHAPES = ("bert-base", "llama-1b") if DEVICE.type == "cuda" else ("bert-small", "llama-small")
 
-pytestmark = [
-    pytest.mark.gpu,
+pytestmark = [  # its tier, gpu: tests/conftest.py
     # the groups measures="all" leaves out on pre-LN families: expected here, not news
     pytest.mark.filterwarnings("ignore:measures='all' skipped groups"),
     pytest.mark.skipif(
@@ -194,7 +193,7 @@ def test_statistics_on_the_gpu_equal_the_cpu():
     equal the CPU's table by table: counts, bins and extremes exactly, float64 sums to the
     last bits (tests/stats_golden.py's fixed inputs: every group, several chunks)."""
     import stats_golden as sg
-    from mixscope.mixing.measures import measure_set
+    from mixscope.registry import measure_set
     from mixscope.stats.accumulate import ShardStatistics
     from mixscope.stats.token_block import Vocabulary, chunk_values, token_block
 

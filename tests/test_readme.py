@@ -1,4 +1,6 @@
-"""The README's benchmark figures are the benchmarks' own output (benchmarks/readme.py)."""
+"""The README and docs/ say what the code does: the benchmark figures are the benchmarks'
+own output (benchmarks/readme.py), every command and named query is shown, every link
+resolves, the architecture table is the adapters'."""
 
 from __future__ import annotations
 
@@ -100,3 +102,18 @@ def test_the_architecture_table_is_generated_from_the_adapters():
     assert section == architecture_table(), "python -m mixscope.mixing.architectures --write"
     for model_type in supported_model_types():
         assert f"`{model_type}`" in section
+
+
+def test_the_readme_reads_in_five_minutes_and_its_links_resolve():
+    """At most ~450 lines (the detail lives in docs/); every relative link it or a docs page
+    makes points at a file that exists, and every docs page the README points at is linked."""
+    import re
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 450
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[\w-]+)?\)", text):
+            assert (doc.parent / target).is_file(), f"{doc.name} links {target}: no such file"
+    for name in ("jobs", "sql", "report", "python", "development", "performance"):
+        assert f"(docs/{name}.md" in readme, f"the README does not link docs/{name}.md"

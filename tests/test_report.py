@@ -751,3 +751,37 @@ def test_vector_figures_render_in_headless_chromium(headed, tmp_path):
     # at 96 CSS px per inch
     want = sorted(round(w * 0.96) for w, _ in pngs.values())
     assert sorted(round(i["width"]) for i in seen["images"]) == pytest.approx(want, abs=2)
+
+
+def test_a_groups_declared_section_is_drawn_from_the_registry(headed, tmp_path, monkeypatch):
+    """A group's own section is one registry entry (``Group.section``): declared on a
+    group that has none (ff here, drawing the sink query's figure), the report gets its
+    heading and one figure per run, ``Results.plot`` its name; the sections that the sink
+    and distance groups declare are exactly the report's between frequency and components."""
+    import dataclasses
+
+    from mixscope import registry
+    from mixscope.report.build import build_report
+    from mixscope.report.context import section_headings
+    from mixscope.report.figures import plot_names
+
+    declared = [g.section.id for g in registry.GROUPS.values() if g.section]
+    assert declared == ["sink", "distance"]
+    ids = list(section_headings())
+    assert ids[ids.index("frequency") + 1 : ids.index("components")] == declared
+    section = registry.Section(
+        "ff-test",
+        "A declared section",
+        "sink_profile",
+        "mixscope.report.plots:sink_profile",
+        "Declared",
+        "Drawn because the registry says so.",
+    )
+    ff = dataclasses.replace(registry.GROUPS["ff"], section=section)
+    monkeypatch.setitem(registry.GROUPS, "ff", ff)
+    assert "ff-test" in plot_names() and "ff-test" in section_headings()
+    built = build_report(str(headed["root"]), output=str(tmp_path / "r"), fmt="png", examples=False)
+    assert f"ff-test-{headed['run']}" in {p.name for p in built.plots}
+    (s,) = [s for s in built.sections if s.id == "ff-test"]
+    assert s.heading == "A declared section" and "Drawn because the registry says so." in s.parts[0]
+    assert (tmp_path / "r" / f"ff-test-{headed['run']}.png").exists()

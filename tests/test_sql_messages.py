@@ -266,7 +266,8 @@ def test_the_shards_minimum_document_does_not_depend_on_chunking(tmp_path):
     kept = []
     for k, chunk in enumerate((len(seqs), 1)):
         layout = Layout.open(str(tmp_path / str(k)))
-        results = ShardAccumulator(layout, "r", 0, Vocabulary(sf.SyntheticTokenizer()), output)
+        vocab = Vocabulary(sf.SyntheticTokenizer())
+        results = ShardAccumulator(layout, "r", 0, vocab, output, measures=sf.MEASURE_SET)
         for i in range(0, len(seqs), chunk):
             results.add(seqs[i : i + chunk], measures[i : i + chunk])
         files = results.finish(docs)

@@ -380,7 +380,9 @@ def test_queries_are_right_at_every_commit_and_consolidation(tmp_path):
     vocab = Vocabulary(sf.SyntheticTokenizer())
     records, want_n, want_sum = [], [], []
     for k, (encoded, measures) in enumerate(shards):  # every shard's files first, uncommitted
-        results = ShardAccumulator(layout, "r", k, vocab, OutputSpec(detail="full"))
+        results = ShardAccumulator(
+            layout, "r", k, vocab, OutputSpec(detail="full"), measures=sf.MEASURE_SET
+        )
         results.add(encoded, measures)
         files = results.finish([Document(s.doc_id, "", "f", 0) for s in encoded])
         records.append(
@@ -471,7 +473,6 @@ def test_the_wikitext2_job_reads_the_hub_and_the_shared_copy_alike():
             assert f"--set {key}={'null' if value is None else value}" in header
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not WIKITEXT.is_file(), reason="the shared WikiText-2 corpus is not here")
 def test_wikitext2_histogram_rho_is_within_1e3_of_exact(ray_local, minilm_path, tmp_path):
     """The WikiText-2 job (first 500 paragraphs, MiniLM): histogram rho vs exact rho."""
@@ -559,10 +560,10 @@ def test_a_shard_added_block_by_block_equals_the_whole_block():
     for m in measures:  # not multiples of 1/8
         m += rng.random(m.shape, dtype=np.float32) / 1000
     vocab = Vocabulary(sf.SyntheticTokenizer())
-    whole = statistics(token_block(encoded, measures, vocab), vocab)
-    acc = ShardStatistics(vocab)
+    whole = statistics(token_block(encoded, measures, vocab, sf.MEASURE_SET), vocab, sf.MEASURE_SET)
+    acc = ShardStatistics(vocab, sf.MEASURE_SET)
     for lo, hi in ((0, 7), (7, 8), (8, 30), (30, len(encoded))):  # chunks share many keys
-        acc.add(token_block(encoded[lo:hi], measures[lo:hi], vocab))
+        acc.add(token_block(encoded[lo:hi], measures[lo:hi], vocab, sf.MEASURE_SET))
     parts = acc.tables()
     assert set(parts) == set(whole) == set(STATS)
     for kind, table in whole.items():

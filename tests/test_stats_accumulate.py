@@ -42,10 +42,12 @@ def written():
         m += rng.random(m.shape, dtype=np.float32) / 7
         m[:, 2] = m[:, 0] / 2
     vocab = Vocabulary(sf.SyntheticTokenizer())
-    blocks = [token_block(encoded[lo:hi], measures[lo:hi], vocab) for lo, hi in CHUNKS]
+    blocks = [
+        token_block(encoded[lo:hi], measures[lo:hi], vocab, sf.MEASURE_SET) for lo, hi in CHUNKS
+    ]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(histograms, "HIST_MERGE", 500)  # merged many times in between
-        acc = ShardStatistics(vocab)
+        acc = ShardStatistics(vocab, sf.MEASURE_SET)
         for b in blocks:
             acc.add(b)
         tables = acc.tables()
@@ -56,7 +58,8 @@ def written():
 def shard(written):
     """(the blocks as added, the tables of the shard as every reader sees them: rows)."""
     blocks, tables = written
-    return blocks, {k: restore(STATS[k], t).to_pylist() for k, t in tables.items()}
+    kinds = {k: STATS[k].with_measures(sf.MEASURE_SET.stored) for k in tables}
+    return blocks, {k: restore(kinds[k], t).to_pylist() for k, t in tables.items()}
 
 
 def _occurrences(blocks: list[TokenBlock]):
@@ -206,7 +209,7 @@ def test_detail_parts_are_gathered_into_row_groups(shard, monkeypatch):
 
     blocks, _ = shard
     vocab = Vocabulary(sf.SyntheticTokenizer())
-    parts = [detail_table(b, vocab) for b in blocks]
+    parts = [detail_table(b, vocab, stored=sf.MEASURE_SET.stored) for b in blocks]
     sizes = [p.num_rows for p in parts]
     monkeypatch.setattr(writer, "ROW_GROUP_MIN", sizes[0] + sizes[1])  # two parts per group
     buf = writer.ParquetBuffer(parts[0].schema)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import stats_golden as sg
-from mixscope.mixing.measures import measure_set
+from mixscope.registry import measure_set
 from mixscope.stats.accumulate import DEVICE_BUDGET, ShardStatistics
 from mixscope.stats.histograms import LayerHistogram
 from mixscope.stats.token_block import Vocabulary, chunk_values, token_block

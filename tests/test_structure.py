@@ -1,13 +1,15 @@
 """The shape of the code base, checked: what a newcomer relies on without reading everything.
 
 - no module in ``src/`` over 400 lines (one concept per file);
-- one home per measure: its name is spelled only in its group's file
-  (``mixing/measures/<group>.py``) and that group's named queries; every group states its
-  contract (definition, columns with label and colour, tensor code, exactness check);
+- one home per measure: its name is spelled only in the registry (``registry.py``, every
+  group's metadata), its group's tensor file (``mixing/measures/<group>.py``) and that
+  group's named queries; every group states its contract (definition, columns with label
+  and colour, tensor code, exactness check);
 - Ray is imported only by the Ray executor modules (the worker is a plain class);
 - the layering is one-way: every package and top-level module has a rank and imports only
-  lower ranks (``RANKS``; lazy imports inside functions count too), and no circle of
-  imports runs inside a package;
+  lower ranks (``RANKS``; lazy imports inside functions count too), storage, statistics,
+  SQL and the report read the registry, never the tensor package (``NEVER``), and no circle
+  of imports runs inside a package;
 - the package root and the CLI stay import-light (no torch, ray or pyarrow at load).
 """
 
@@ -21,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from mixscope.mixing.measures import CODES, GROUPS, all_columns, group_of
+from mixscope.mixing.measures import GROUPS
 from mixscope.mixing.measures.base import MeasureGroup
+from mixscope.registry import CODES, all_columns, group_of
 from mixscope.store.schema import STORED_MEASURES
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "mixscope"
@@ -59,9 +62,12 @@ GROUP_HEADER = re.compile(r"^--\s*(?:group|also):\s*(.+)$", re.MULTILINE)
 
 
 def _home(path: Path) -> set[str]:
-    """The groups whose measures ``path`` may spell: a group's own file, or a named query
-    that declares its groups (``-- group: sink``, ``-- group: paper, ff``)."""
+    """The groups whose measures ``path`` may spell: the registry (all), a group's own
+    file, or a named query that declares its groups (``-- group: sink``, ``-- group: paper,
+    ff``)."""
     rel = _rel(path)
+    if rel == "registry.py":
+        return set(GROUPS)
     if rel.startswith("mixing/measures/") and path.stem in GROUPS:
         return {path.stem}
     if path.suffix == ".sql":
@@ -71,9 +77,10 @@ def _home(path: Path) -> set[str]:
 
 
 def test_a_measure_is_spelled_only_in_its_groups_file() -> None:
-    """One home per measure: its name appears in the package only in its group's file (and
-    the named queries of that group), never in a schema, a view, a query or a figure that
-    lists measures (those are generated from the registry); --help examples aside."""
+    """One home per measure: its name appears in the package only in the registry, its
+    group's file (and the named queries of that group), never in a schema, a view, a query
+    or a figure that lists measures (those are generated from the registry); --help
+    examples aside."""
     files = MODULES + QUERIES
     names = {c.name: group_of(c.name) for c in all_columns()}
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
@@ -131,13 +138,13 @@ RANKS: dict[str, int] = {
     "format": 0,
     "queries": 0,  # the named queries' SQL files (data)
     "frames": 1,
-    "choices": 1,
+    "registry": 1,  # the measure groups' metadata (torch-free): every layer above reads it
+    "choices": 2,  # the spec fields' closed sets (the group names: the registry's)
     "models": 2,  # architecture adapters and config reading: what a model is
     "config": 3,  # job specs (the model's defaults: models)
+    "store": 3,  # takes what it stores (plain values, typed records), never a job spec
     "corpus": 4,
-    "mixing": 5,  # the engine, and the measure registry (torch-free) every layer above reads
-    "measures": 6,  # the package root's face of the registry
-    "store": 7,  # takes what it stores (plain values, typed records), never a job spec
+    "mixing": 5,  # the engine and the measure groups' tensor code
     "stats": 8,
     "api": 8,
     "sql": 9,
@@ -149,6 +156,16 @@ RANKS: dict[str, int] = {
     "results": 12,
     "cli": 13,
     "__init__": 14,  # the package root: lazy faces of the API
+}
+
+
+#: what a unit may not import whatever its rank: storage, statistics, SQL and the report
+#: read the measures' metadata from the registry, never from the tensor code (nor torch's
+#: model side: they must read results without a model)
+NEVER: dict[str, set[str]] = {
+    "stats": {"mixing", "models", "config"},
+    "sql": {"mixing", "models", "config"},
+    "report": {"mixing", "models"},
 }
 
 
@@ -184,6 +201,17 @@ def test_the_layering_is_one_way(unit: str) -> None:
         if _unit(p) == unit
         for t in _mixscope_imports(p) - {unit}
         if RANKS.get(t, 99) >= RANKS[unit]
+    }
+    assert not wrong, sorted(wrong)
+
+
+@pytest.mark.parametrize("unit", sorted(NEVER))
+def test_results_side_never_imports_the_tensor_code(unit: str) -> None:
+    wrong = {
+        f"{_rel(p)} imports mixscope.{t}"
+        for p in MODULES
+        if _unit(p) == unit
+        for t in _mixscope_imports(p) & NEVER[unit]
     }
     assert not wrong, sorted(wrong)
 
@@ -233,11 +261,14 @@ def _only_through_init(cycle: str) -> bool:
 
 
 def test_closed_sets_match_their_owners() -> None:
-    """config/ validates against choices.py; the registry and the executors must agree."""
+    """config/ validates against choices.py, which names the registry's groups; every
+    registry group has its tensor code (found by name); the executors agree."""
+    from mixscope import registry
     from mixscope.choices import EXECUTOR_NAMES, MEASURE_GROUPS
     from mixscope.runtime.executor import EXECUTORS
 
-    assert tuple(GROUPS) == MEASURE_GROUPS
+    assert tuple(GROUPS) == MEASURE_GROUPS == tuple(registry.GROUPS)
+    assert all(g.info is registry.GROUPS[n] for n, g in GROUPS.items())
     assert set(EXECUTORS) == set(EXECUTOR_NAMES)
 
 

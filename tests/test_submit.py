@@ -68,7 +68,6 @@ def _wait_for_jobs_api(address: str, deadline: float) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.slow
 def test_submit_runs_once(ray_local, ray_head, tiny_bert_dir, tmp_path):
     """ray_local first: the head must coexist with the session's own Ray, as in a full run."""
     address, env = ray_head
@@ -144,7 +143,6 @@ def _submit(address: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow
 def test_a_refused_submit_says_which_token_and_a_dead_address_does_not(tmp_path):
     """A head with its token in its own HOME (so token authentication, as Ray's defaults
     give it): the Jobs API refuses a wrong token and a missing one by name, one line each,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mixscope._version import __version__
-from mixscope.measures import MEASURE_COLUMNS, measure_groups
+from mixscope.registry import DEFAULT, measure_groups
 
 __all__ = [
     "MEASURES",
@@ -24,7 +24,8 @@ __all__ = [
     "to_polars",
 ]
 
-MEASURES = MEASURE_COLUMNS
+#: the default selection's columns (the paper's group)
+MEASURES = DEFAULT.columns
 
 if TYPE_CHECKING:  # pragma: no cover
     from mixscope.api import analyze, contribution_maps

@@ -21,9 +21,9 @@ from mixscope.corpus.masking import MASK_COUNTS
 from mixscope.errors import MixscopeError
 from mixscope.mixing.batches import BATCH_TOKENS, run_batches
 from mixscope.mixing.engine import MixingEngine
-from mixscope.mixing.measures import parse_names
 from mixscope.models.loading import LoadedModel, load
 from mixscope.models.packaged import DEFAULT_MODEL
+from mixscope.registry import parse_names
 from mixscope.store.schema import MEASURE_COLUMNS, PAIR_MEASURES, tokens_schema
 
 log = logging.getLogger("mixscope")

@@ -1,5 +1,5 @@
-"""The closed sets of values that spec fields take, in a leaf module (it imports only the
-error types).
+"""The closed sets of values that spec fields take, in a low module (it imports only the
+measure registry, itself torch-free).
 
 They belong to the modules that act on them (storage, masking, the engine, the executors,
 the measure registry), which take them from here; living here lets config/ validate a spec
@@ -9,9 +9,13 @@ tensor code, so the layering stays one-way and ``mixscope --help`` stays fast.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from mixscope.errors import SpecError
+from mixscope.registry import (  # DISTANCE_BUCKETS re-exported: config/ reads them here
+    ALL,
+    DEFAULT_GROUPS,
+    DISTANCE_BUCKETS,  # noqa: F401
+    GROUPS,
+    parse_names,
+)
 
 #: ``output.detail``: per-token rows of every document, a sample of them, or none
 DETAIL_MODES = ("full", "sample", "none")
@@ -32,32 +36,10 @@ ATTENTION_MODES = ("auto", "fast", "eager")
 #: its class)
 EXECUTOR_NAMES = ("local", "ray")
 
-#: ``analysis.measures``: the measure groups, in registry order (mixing/measures/ checks
-#: that its ``GROUPS`` are exactly these)
-MEASURE_GROUPS = ("paper", "globenc", "sink", "ff", "learned_sink", "distance")
-#: what a job computes when it names no groups (runs written before groups existed)
-DEFAULT_MEASURE_GROUPS = ("paper",)
-#: ``analysis.distance_buckets``: the distance group's bucket count, by default and at most
-#: (its stored columns are fixed, so their codes are stable); at least 2
-DISTANCE_BUCKETS = 12
-#: the selection word for every group that applies to the model
-ALL_GROUPS = "all"
-
-
-def parse_measure_groups(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    """``"paper,sink"``, ``["paper", "sink"]`` or None → the names, checked against
-    :data:`MEASURE_GROUPS` (``all`` kept as it is); duplicates dropped, registry order. A
-    bad name is a :class:`~mixscope.errors.SpecError` (exit 2 from the CLI)."""
-    if value is None:
-        return DEFAULT_MEASURE_GROUPS
-    items = [value] if isinstance(value, str) else list(value)
-    wanted = [n.strip() for item in items for n in str(item).split(",") if n.strip()]
-    groups = ", ".join(MEASURE_GROUPS)
-    if not wanted:
-        raise SpecError(f"measures: name at least one group ({groups}) or all")
-    unknown = [n for n in wanted if n != ALL_GROUPS and n not in MEASURE_GROUPS]
-    if unknown:
-        raise SpecError(f"measures: unknown group {unknown[0]!r}; groups: {groups}, or all")
-    if ALL_GROUPS in wanted:
-        return (ALL_GROUPS,)
-    return tuple(n for n in MEASURE_GROUPS if n in wanted)
+#: ``analysis.measures``: the measure groups, in registry order, the default selection, the
+#: word for every group and ``analysis.distance_buckets``' maximum: the registry's own
+#: (registry.py), named here beside the other closed sets for config/
+MEASURE_GROUPS = tuple(GROUPS)
+DEFAULT_MEASURE_GROUPS = DEFAULT_GROUPS
+ALL_GROUPS = ALL
+parse_measure_groups = parse_names

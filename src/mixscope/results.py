@@ -147,11 +147,11 @@ class Results:
         token type) or ``contributions`` (loads each run's model). One figure per run, in
         the report's run order, or only ``run``'s (an id or a unique prefix).
         """
-        from mixscope.report.figures import SECTIONS, figures
+        from mixscope.report.figures import figures, plot_names
         from mixscope.store.runs import resolve_run_ids
 
-        if name not in SECTIONS:
-            raise MixscopeError(f"no plot named {name!r}; plots: {', '.join(SECTIONS)}")
+        if name not in plot_names():
+            raise MixscopeError(f"no plot named {name!r}; plots: {', '.join(plot_names())}")
         if name == "compare" and not (a and b):
             raise MixscopeError("plot('compare') needs both runs: a=RUN_A, b=RUN_B")
         wanted = [x for x in (run, a, b) if x is not None]

@@ -19,7 +19,7 @@ from mixscope.errors import MixscopeError
 
 def measures_of(table: Any) -> list[str]:
     """The measure columns of an ``analyze()`` table (its selected groups'), in order."""
-    from mixscope.mixing.measures import all_columns
+    from mixscope.registry import all_columns
 
     known = {c.name for c in all_columns()}
     return [c for c in table.column_names if c in known]

@@ -44,7 +44,7 @@ def norms(a: Adapter) -> str:
 
 def groups(a: Adapter) -> list[str]:
     """The measure groups that apply to the adapter as it is."""
-    from mixscope.mixing.measures import GROUPS
+    from mixscope.registry import GROUPS
 
     return [name for name, g in GROUPS.items() if g.unsupported(a) is None]
 

@@ -48,7 +48,7 @@ class ForwardState:
     duration (:func:`forward_state`), never in module globals: two engines in one process,
     in two threads, each see their own."""
 
-    first: torch.Tensor | None = None  # [batch] long
+    first_position: torch.Tensor | None = None  # [batch] long
     #: keep what the kernel saw (q, k, mask, LSE) for a group that reads every pair's weight
     scores: bool = False
     converted: list[Any] = field(default_factory=lambda: [None, None, None])  # ref, dtype, mask
@@ -61,10 +61,10 @@ _STATE: contextvars.ContextVar[ForwardState | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def forward_state(
-    first: torch.Tensor | None = None, scores: bool = False
+    first_position: torch.Tensor | None = None, scores: bool = False
 ) -> Iterator[ForwardState]:
     """A fresh :class:`ForwardState` for the forward inside (the engine's); dropped after."""
-    token = _STATE.set(ForwardState(first, scores))
+    token = _STATE.set(ForwardState(first_position, scores))
     try:
         yield _STATE.get()  # type: ignore[misc]
     finally:

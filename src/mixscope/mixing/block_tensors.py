@@ -147,7 +147,7 @@ class BlockTensors:
     # The full attention weights (eager path only: per-pair maps and the exactness check read
     # them whole); None on the fast path, which never builds a [seq, seq] tensor.
     alpha: torch.Tensor | None = None  # [batch, heads, seq, seq]  rows = queries
-    # α^h_i0: each token's weight on the sequence's first real position (BatchInfo.first)
+    # α^h_i0: each token's weight on the sequence's first real position (BatchInfo.first_position)
     alpha_first: torch.Tensor | None = None  # [batch, heads, seq]
     # π^h_i, the learned sinks' mass where the family has them (gpt-oss): rows of α sum to
     # 1 − π; None elsewhere

@@ -61,7 +61,7 @@ class Capture:
         *,
         stat_dtype: torch.dtype,
         full_alpha: bool,
-        first: bool = True,
+        alpha_first: bool = True,
     ) -> None:
         self.points = points
         self.params = params
@@ -70,7 +70,7 @@ class Capture:
         self.block_needs = [points.expand(needs, i) for i in range(points.num_layers)]
         self.stat_dtype = stat_dtype
         self.full_alpha = full_alpha  # keep α whole (per-pair maps, the exactness check)
-        self.first = first  # keep α_i0 (a selected group reads it)
+        self.alpha_first = alpha_first  # keep α_i0 (a selected group reads it)
 
     def _keep(self, name: str, store: dict[str, Any], args: Any, kwargs: Any, out: Any) -> Any:
         """Keep what point ``name`` gives; returns a replacement output or None."""
@@ -133,8 +133,8 @@ class Capture:
             store["alpha_self"] = torch.diagonal(weights, dim1=-2, dim2=-1)
             if self.points.adapter.learned_sinks:  # the sink's column was dropped: 1 − Σ_j α
                 store["sink_mass"] = 1.0 - weights.to(self.stat_dtype).sum(dim=-1)
-            if self.first:
-                store["alpha_first"] = _first_column(weights, batch.first)
+            if self.alpha_first:
+                store["alpha_first"] = _first_column(weights, batch.first_position)
             if self.full_alpha:
                 store["alpha"] = weights.to(self.stat_dtype)
         if not bool(batch.valid.all()):

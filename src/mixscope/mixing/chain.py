@@ -38,6 +38,7 @@ from functools import cached_property
 
 import torch
 
+from mixscope.mixing.attention_parts import norm_ratio, self_attention_vector
 from mixscope.mixing.block_tensors import (
     BlockParams,
     BlockTensors,
@@ -46,7 +47,6 @@ from mixscope.mixing.block_tensors import (
     centre_,
     norm_scale,
 )
-from mixscope.mixing.ratios import norm_ratio, self_attention_vector
 
 
 def _norm(v: torch.Tensor) -> torch.Tensor:

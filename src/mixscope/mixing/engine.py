@@ -155,11 +155,10 @@ class MixingEngine:
 
     def batch_info(self, valid: torch.Tensor) -> BatchInfo:
         """The padding layout every block of a batch shares (``valid`` [batch, seq] bool)."""
-        first = valid.long().argmax(dim=-1)  # [batch] the first real position
         return BatchInfo(
             valid=valid,
             no_context=self.no_context(valid),
-            first=first,
+            first_position=valid.long().argmax(dim=-1),  # [batch] the first real position
             buckets=self.distance_buckets,
         )
 
@@ -210,7 +209,8 @@ class MixingEngine:
         needs = BASE.union(*(g.needs for g in self.groups))
         if self.verify:
             needs |= frozenset().union(*(g.verify_needs for g in self.groups))
-        first = any(g.first_position for g in self.groups)  # α_i0 only where it is read
+        # α_i0, the weights on the first real position, only where a group reads them
+        needs_alpha_first = any(g.first_position for g in self.groups)
         # every pair's weight: eager keeps the full α, the fast kernel its q, k and LSE
         pair_weights = any(g.pair_weights for g in self.groups)
         capture = Capture(
@@ -219,7 +219,7 @@ class MixingEngine:
             needs,
             stat_dtype=self.stat_dtype,
             full_alpha=pairs or self.verify or pair_weights,
-            first=first,
+            alpha_first=needs_alpha_first,
         )
         # per-layer measures, per-layer maps, exactness residuals
         out: list[Any] = [[None] * self.num_layers, [None] * self.num_layers, []]
@@ -238,7 +238,9 @@ class MixingEngine:
         try:
             with (
                 capture.hooks(batch, lambda i, store: self._finish(capture, i, store, out, pairs)),
-                forward_state(batch.first if first else None, scores=pair_weights),
+                forward_state(
+                    batch.first_position if needs_alpha_first else None, scores=pair_weights
+                ),
                 attention_implementation(model, implementation),
             ):
                 model(**inputs)  # ends early: the model's output is never read

@@ -201,7 +201,7 @@ def mixscope_attention_forward(
     cap = None if softcap is None else float(softcap)
     alpha_self = self_weights(query, key, attention_mask, lse, scale, cap)  # [b, heads, seq]
     state = current_state()
-    first = None if state is None else state.first
+    first = None if state is None else state.first_position
     alpha_first = None
     if first is not None:
         alpha_first = first_weights(query, key, attention_mask, lse, scale, first, cap)

@@ -24,7 +24,8 @@ def _gram_norms(alpha: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def pair_norms(block: BlockChain, causal: bool = False) -> torch.Tensor:
-    """‖a_ij‖, ‖r_ij‖, ‖F_i(x_j)‖: [measure, batch, seq(i), seq(j)] in ``PAIR_MEASURES``.
+    """‖a_ij‖, ‖r_ij‖, ‖F_i(x_j)‖: [measure, batch, seq(i), seq(j)], the paper
+    group's per-pair columns (``registry.MeasureSet.pair``) in order.
 
     The off-diagonal parts are the attention's, through the block's chain: the norm inside
     the branch (its 1/s of query i's real branch output), the branch's multiplier and the

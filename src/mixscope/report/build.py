@@ -2,9 +2,10 @@
 to the page with SVG / PDF figures beside it (``--format svg`` / ``pdf``, for papers).
 
 Sections, in order: runs, summary (Table 2), per-layer curves, token types × layer
-(Figure 3), frequency rank vs ratio (Figure 4, with ρ), the first position (runs with the
-``sink`` group), how far each layer reaches (runs with the ``distance`` group), the scopes
-through the block (runs with the ``ff`` group), checkpoint
+(Figure 3), frequency rank vs ratio (Figure 4, with ρ), the sections the measure groups
+declare in the registry (the first position: runs with the ``sink`` group; how far each
+layer reaches: runs with the ``distance`` group), the scopes through the block (runs with
+the ``ff`` group), checkpoint
 trend (models with several steps), the comparison of two runs (``--compare A B``,
 report/comparison.py), contribution maps of one example sequence per layer (Figure 1).
 The same figures, not rendered, are what :meth:`mixscope.results.Results.plot` returns
@@ -78,9 +79,9 @@ def build_report(
     from mixscope.report.comparison import compare_section, with_compared
     from mixscope.report.components import component_section
     from mixscope.report.contributions import check_example, contributions_section
-    from mixscope.report.distance import distance_section
     from mixscope.report.frequency import frequency_section
-    from mixscope.report.layers import layer_sections, sink_section
+    from mixscope.report.group_sections import group_sections
+    from mixscope.report.layers import layer_sections
     from mixscope.report.table_sections import runs_section, summary_section
     from mixscope.report.trend import trend_section
     from mixscope.store.unreadable import naming_unreadable
@@ -97,8 +98,7 @@ def build_report(
         summary = summary_section(rep)
         layer_sections(rep)
         frequency_section(rep)
-        sink_section(rep)
-        distance_section(rep)
+        group_sections(rep)  # the groups' own (registry.Group.section)
         component_section(rep)
         trend_section(rep)
         compare_section(rep, compare)

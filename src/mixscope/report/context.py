@@ -15,26 +15,38 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mixscope.errors import MixscopeError
+from mixscope.registry import GROUPS
 from mixscope.report import data
 from mixscope.report import html as H
 
 if TYPE_CHECKING:
     from mixscope.store.run_record import RunRecord
 
-#: section id → heading (every report has all of them, with a note where there is nothing)
-SECTIONS = {
+_FIRST = {
     "runs": "Runs",
     "summary": "Summary: mean mixing ratio per measure",
     "layers": "Per-layer mixing ratio",
     "token-types": "Token types by layer",
     "frequency": "Frequency rank and mixing ratio",
-    "sink": "The first position: attention weight and norm",
-    "distance": "How far each layer reaches: distance by norm and by weight",
+}
+_LAST = {
     "components": "Through the block: attention to feed-forward",
     "trend": "Checkpoint trend",
     "compare": "Comparison of two runs",
     "contributions": "Contribution maps of an example sequence",
 }
+
+
+def section_headings() -> dict[str, str]:
+    """Section id → heading (every report has all of them, with a note where there is
+    nothing); after the frequency section, the sections the measure groups declare
+    (registry order: ``registry.Group.section``, built by report/group_sections.py)."""
+    declared = {g.section.id: g.section.heading for g in GROUPS.values() if g.section}
+    return {**_FIRST, **declared, **_LAST}
+
+
+#: the sections of a report built with the registry as it is
+SECTIONS = section_headings()
 
 
 @dataclass
@@ -157,7 +169,7 @@ class Report:
             )
         _titles(self.runs)
         self.plots: list[Plot] = []
-        self.sections = {k: H.Section(k, v) for k, v in SECTIONS.items()}
+        self.sections = {k: H.Section(k, v) for k, v in section_headings().items()}
         self.measures = data.measures(self.con)  # the selected runs' measures
 
     def plot(

@@ -1,4 +1,5 @@
-"""The distance section: how far each layer reaches, by norm beside weight (method.md §5e).
+"""The distance group's figure: how far each layer reaches, by norm beside weight (method.md
+§5e). Its section is declared in the registry (report/group_sections.py builds it).
 
 For the runs with the ``distance`` group: a layer × distance heatmap of the share of the
 context that comes from each distance bucket by norm, the same by attention weight, and
@@ -10,38 +11,6 @@ understates it); and the per-layer mean reach in tokens by each. From the named 
 from __future__ import annotations
 
 from typing import Any
-
-from mixscope.report import data
-from mixscope.report import html as H
-from mixscope.report.context import Report, label, slug
-
-
-def distance_section(rep: Report) -> None:
-    """One figure per run that has the distance group; a note where none has."""
-    s = rep.sections["distance"]
-    have = data.runs_with_group(rep.con, "distance")
-    runs = [r for r in rep.runs if r["run_id"] in have]
-    if not runs:
-        s.add(H.note("No run here has the distance group (--measures paper,distance or all)."))
-        return
-    s.add(
-        H.paragraph(
-            "Share of each token's context that comes from each distance (tokens, buckets "
-            "1, 2–3, 4–7, …; the last open-ended), per layer, over the tokens with context: "
-            "by the per-pair norms of the attention's parts (Kobayashi et al. 2020), by the "
-            "attention weights, and norm − weight. Right: the mean reach in tokens by each "
-            "(bucket midpoints; the open-ended bucket at its lower edge)."
-        )
-    )
-    profile = rep.by_run(data.named(rep.con, "distance_profile"))
-    figures = []
-    for run in runs:
-        rid, name = run["run_id"], label(run)
-        fig = distance_figure(profile.get(rid, []), f"How far each layer reaches\n{name}")
-        figures.append(
-            rep.plot("distance", f"distance-{slug(rid)}", f"distance, {name}", fig, add=False)
-        )
-    s.add(H.grid(figures))
 
 
 def _grid(rows: list[dict], key: str, layers: list[int], buckets: list[int]) -> Any:

@@ -2,7 +2,7 @@
 
 A mixing ratio from norms, one from attention weights and the share drawn from the first
 position are three different questions; on one axis eleven lines hide each other. The
-panels come from the measure registry (``mixscope.mixing.measures``), so a new group gets
+panels come from the measure registry (``mixscope.registry``), so a new group gets
 its panel without a list here: a group's norm-based columns share one axis, its
 weight-based (dashed) columns get their own, and a group about the first position
 (``first_position``: the sink group) keeps its weight and norm together. Each axis is
@@ -27,7 +27,7 @@ class Panel:
 
 def layer_panels(measures: list[str] | set[str]) -> list[Panel]:
     """The panels that show ``measures``, in registry order (groups with none: no panel)."""
-    from mixscope.mixing.measures import GROUPS
+    from mixscope.registry import GROUPS
 
     present = set(measures)
     out = []

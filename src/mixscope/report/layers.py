@@ -52,31 +52,3 @@ def layer_sections(rep: Report) -> None:
         )
     s.add(H.grid(curves))
     t.add(H.grid(heatmaps))
-
-
-def sink_section(rep: Report) -> None:
-    """Per layer, the weight and the norm share each token draws from the first position
-    (``sink_profile``), for the runs with the ``sink`` group."""
-    from mixscope.report import plots
-
-    s = rep.sections["sink"]
-    have = data.runs_with_group(rep.con, "sink")
-    runs = [r for r in rep.runs if r["run_id"] in have]
-    if not runs:
-        s.add(H.note("No run here has the sink group (--measures paper,sink or all)."))
-        return
-    s.add(
-        H.paragraph(
-            "Mean attention weight on the first position ([CLS], BOS or the first token; "
-            "dashed) and the share of the attention output's norm that comes from it "
-            "(solid), per layer and token category: where the weight is high and the norm "
-            "share low, the first position is a sink that contributes little."
-        )
-    )
-    profile = rep.by_run(data.named(rep.con, "sink_profile"))
-    figures = []
-    for run in runs:
-        rid, name = run["run_id"], label(run)
-        fig = plots.sink_profile(profile.get(rid, []), f"The first position\n{name}")
-        figures.append(rep.plot("sink", f"sink-{slug(rid)}", f"sink, {name}", fig, add=False))
-    s.add(H.grid(figures))

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from mixscope.mixing.measures import all_columns
+from mixscope.registry import all_columns
 
 #: every measure's label, colour and line style, from its group's file
 LABELS = {c.name: c.label for c in all_columns()}
@@ -295,7 +295,7 @@ def sink_profile(profile: list[dict], title: str) -> Any:
     token category (``sink_profile`` rows): the attention-sink weight against what the
     first token really contributes; and, for a run with learned sinks (gpt-oss), their
     mass (dotted), the weight no token gets."""
-    from mixscope.mixing.measures import GROUPS
+    from mixscope.registry import GROUPS
 
     weight, norm = (c.name for c in GROUPS["sink"].columns)  # the query's two columns
     (learned,) = (c.name for c in GROUPS["learned_sink"].columns)  # its learned sinks' mass

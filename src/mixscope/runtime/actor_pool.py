@@ -21,7 +21,7 @@ gone and it is reported lost; once the queue is empty, idle actors beyond ``min_
 gives its GPUs back to the autoscaler.
 
 **The first shard travels with the actor.** Each actor is created with the shard at the
-head of the queue reserved for it (``Actor.first``, a constructor argument), so its worker
+head of the queue reserved for it (``Actor.first_shard``, a constructor argument), so its worker
 reads and tokenizes that shard while its model loads (``worker.py``) instead of after the
 readiness reply; the reply then gets it that shard at once. Why reserve at creation and
 not submit ``process`` behind ``startup()``: the model still loads in the constructor, so
@@ -65,7 +65,7 @@ class Actor:
     info: dict[str, Any] = field(default_factory=dict)
     state: str = "starting"  # starting | idle | busy | released | dead
     shard: int | None = None
-    first: Item | None = None  # reserved at creation, prefetched while the model loads
+    first_shard: Item | None = None  # reserved at creation, prefetched while the model loads
     shard_started: float | None = None
     last_end: float | None = None  # when its last shard ended
     shards: int = 0
@@ -93,7 +93,7 @@ class Actor:
     def _shard_text(self) -> str | int:
         if self.shard is not None:
             return self.shard
-        return "" if self.first is None else f"{self.first[0].shard_id} (reserved)"
+        return "" if self.first_shard is None else f"{self.first_shard[0].shard_id} (reserved)"
 
 
 class ActorPool:
@@ -177,19 +177,19 @@ class ActorPool:
     def _create(self, node: str) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        first = self.queue.popleft() if OVERLAP_FIRST_SHARD and self.queue else None
+        first_shard = self.queue.popleft() if OVERLAP_FIRST_SHARD and self.queue else None
         handle = self.actor_cls.options(
             **self.options, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-        ).remote(*self.args, None if first is None else first[0])
-        actor = Actor(handle, node, time.time(), first=first)
+        ).remote(*self.args, None if first_shard is None else first_shard[0])
+        actor = Actor(handle, node, time.time(), first_shard=first_shard)
         self.actors.append(actor)
         self.starting[handle.startup.remote()] = actor
 
     def _drop(self, actor: Actor, state: str, error: str = "") -> None:
         actor.state, actor.error, actor.shard = state, error, None
-        if actor.first is not None:  # not an attempt: back to the head, attempt unchanged
-            self.queue.appendleft(actor.first)
-            actor.first = None
+        if actor.first_shard is not None:  # not an attempt: back to the head, attempt unchanged
+            self.queue.appendleft(actor.first_shard)
+            actor.first_shard = None
         for ref, a in list(self.starting.items()):
             if a is actor:
                 del self.starting[ref]
@@ -220,20 +220,20 @@ class ActorPool:
 
     def reserved(self) -> int:
         """Shards reserved by actors not yet given them (neither queued nor in flight)."""
-        return sum(1 for a in self.live() if a.first is not None)
+        return sum(1 for a in self.live() if a.first_shard is not None)
 
     def next_shard(self, actor: Actor) -> Item | None:
         """The shard for this ready actor: its reservation, else the queue's head, else the
         reservation of an actor still starting (prefetched there in vain, but no shard
         waits on a model load while an actor is idle)."""
-        if actor.first is not None:
-            item, actor.first = actor.first, None
+        if actor.first_shard is not None:
+            item, actor.first_shard = actor.first_shard, None
             return item
         if self.queue:
             return self.queue.popleft()
         for other in self.starting.values():
-            if other.first is not None:
-                item, other.first = other.first, None
+            if other.first_shard is not None:
+                item, other.first_shard = other.first_shard, None
                 return item
         return None
 
@@ -285,7 +285,7 @@ class ActorPool:
             for a in self.idle():
                 if extra <= 0:
                     break
-                if a.first is not None:  # ready a moment ago: its shard comes next
+                if a.first_shard is not None:  # ready a moment ago: its shard comes next
                     continue
                 self._drop(a, "released")
                 extra -= 1

@@ -27,7 +27,7 @@ import torch
 from mixscope.config import OutputSpec
 from mixscope.corpus.encode import EncodedSequence
 from mixscope.corpus.plan import Document
-from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
+from mixscope.registry import MeasureSet
 from mixscope.stats.accumulate import ShardStatistics
 from mixscope.stats.detail import ShardFloor, detail_table, kept
 from mixscope.stats.token_block import Vocabulary, token_block
@@ -50,14 +50,15 @@ class ShardAccumulator:
         vocab: Vocabulary,
         output: OutputSpec,
         host: ThreadPoolExecutor | None = None,
-        measures: MeasureSet | None = None,
+        *,
+        measures: MeasureSet,
     ) -> None:
         self.layout, self.run_id, self.shard_id = layout, run_id, shard_id
         self.vocab, self.output = vocab, output
         self._host = host
         self._pending: Future | None = None
         # the engine's columns (the run's selected groups); the files hold the stored ones
-        self.measures = measures or measure_set(DEFAULT_GROUPS)
+        self.measures = measures
         self._stats = ShardStatistics(vocab, self.measures)
         self._detail: ParquetBuffer | None = None
         self._per_doc: dict[int, list[int]] = {}  # doc_id → [segments, tokens]
@@ -121,7 +122,7 @@ class ShardAccumulator:
         self.cpu_seconds += time.thread_time() - started
 
     def _detail_table(self, part: Any) -> pa.Table:
-        return detail_table(part, self.vocab, self.output.precision, self.measures.stored)
+        return detail_table(part, self.vocab, self.output.precision, stored=self.measures.stored)
 
     def _add_detail(self, table: pa.Table) -> None:
         if self._detail is None:

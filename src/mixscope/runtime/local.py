@@ -28,8 +28,8 @@ class LocalExecutor:
 
     def run(self, shards: Sequence[Shard]) -> Iterator[ShardEvent]:
         # the first shard is read and tokenized while the model loads (worker.py)
-        first = shards[0] if shards else None
-        worker = ShardWorker(self.spec, self.run_id, self.max_length, first)
+        first_shard = shards[0] if shards else None
+        worker = ShardWorker(self.spec, self.run_id, self.max_length, first_shard)
         try:
             yield from self._run(worker, shards)
         finally:

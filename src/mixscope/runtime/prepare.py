@@ -39,7 +39,7 @@ class PreparedRun:
     run_id: str
     model: Mapping[str, Any]  # models.fingerprint.model_identity
     max_length: int  # the resolved sequence length (part of the identity)
-    selection: Any  # mixing.measures.Selection: the resolved groups, their columns
+    selection: Any  # registry.Selection: the resolved groups, their columns
     options: Mapping[str, Any]  # identity_options
 
     @property
@@ -176,7 +176,7 @@ def identity_options(
     # the bucket count changes the numbers of the distance group only
     if a.distance_buckets != DISTANCE_BUCKETS and (groups is None or "distance" in groups):
         options["analysis"]["distance_buckets"] = a.distance_buckets
-    from mixscope.mixing.measures import DEFAULT_GROUPS
+    from mixscope.registry import DEFAULT_GROUPS
 
     if groups is not None and tuple(groups) != DEFAULT_GROUPS:
         options["analysis"]["measures"] = list(groups)

@@ -32,13 +32,13 @@ class RayShardWorker:
         spec: JobSpec,
         run_id: str,
         max_length: int,
-        first: Shard | None = None,
+        first_shard: Shard | None = None,
     ) -> None:
         os.environ.update(env)
         from mixscope.runtime.worker import ShardWorker
 
-        # ``first``: read while the model loads
-        self.worker = ShardWorker(spec, run_id, max_length, first)
+        # ``first_shard``: read while the model loads
+        self.worker = ShardWorker(spec, run_id, max_length, first_shard)
 
     def startup(self) -> dict[str, Any]:
         return self.worker.startup()

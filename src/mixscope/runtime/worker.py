@@ -5,7 +5,7 @@ in an actor. It writes each shard's files (temporary name, then rename) and retu
 description; committing is the driver's job, so a worker that dies leaves nothing visible.
 
 **Start-up overlap.** A worker can be built with the shard it will be given first
-(``first``; the actor pool reserves one per actor it creates, the local executor passes
+(``first_shard``; the actor pool reserves one per actor it creates, the local executor passes
 its first): the tokenizer loads before the weights, then the first shard is read and its
 first chunk tokenized on the tokenizing thread while the constructor loads the weights.
 Why the weights load in the constructor and not in a background thread: the constructor
@@ -13,7 +13,7 @@ still returns only with the model loaded, so its return is the pool's readiness 
 its failure is the actor's init failure — a model that cannot load fails the job once
 (``ActorPool.started``), never as a shard failure that would use up retries on every node.
 An error reading that first shard stays the shard's: it is kept in its future and raised
-by ``process``, where it was raised before. ``first`` is a hint: a worker handed another
+by ``process``, where it was raised before. ``first_shard`` is a hint: a worker handed another
 shard first drops what it prefetched. Start-up events are kept in ``timeline``.
 """
 
@@ -57,7 +57,7 @@ class ShardWorker:
         spec: JobSpec,
         run_id: str,
         max_length: int,
-        first: Shard | None = None,
+        first_shard: Shard | None = None,
     ) -> None:
         self.spec = spec
         self.run_id = run_id
@@ -75,8 +75,11 @@ class ShardWorker:
         # the first shard, read and its first chunk tokenized while the weights load
         self._early: tuple[int, Future[tuple[list[Document], list[EncodedSequence]]]] | None
         self._early = None
-        if first is not None:
-            self._early = (first.shard_id, self._prefetch.submit(self._prefetch_first, first))
+        if first_shard is not None:
+            self._early = (
+                first_shard.shard_id,
+                self._prefetch.submit(self._prefetch_first, first_shard),
+            )
         try:
             faults.maybe_slow_load()
             self.loaded = load(
@@ -172,7 +175,7 @@ class ShardWorker:
         self.timeline["first_encoded"] = time.time()
         return out
 
-    def _first(self, shard: Shard) -> tuple[list[Document], list[EncodedSequence]]:
+    def _read_first_chunk(self, shard: Shard) -> tuple[list[Document], list[EncodedSequence]]:
         """What ``_read`` gives: prefetched during the load when this is the hinted shard."""
         early, self._early = self._early, None
         if early is not None:
@@ -185,7 +188,7 @@ class ShardWorker:
         started = time.time()
         faults.maybe_fail(shard.shard_id)
         faults.maybe_slow()
-        docs, first = self._first(shard)
+        docs, first_chunk = self._read_first_chunk(shard)  # its sequences, tokenized
         # tokenize the next chunk while the model runs on this one
         chunks = self._chunks(docs)
         results = ShardAccumulator(
@@ -195,13 +198,13 @@ class ShardWorker:
             self.vocab,
             self.spec.output,
             self._host,
-            self.engine.measure_set,
+            measures=self.engine.measure_set,
         )
         sequences = 0
         pending: Future[list[EncodedSequence]] | None = None
         for k in range(len(chunks)):
             if k == 0:
-                encoded = first
+                encoded = first_chunk
             else:
                 assert pending is not None
                 encoded = pending.result()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from mixscope.mixing.measures import MeasureSet
+from mixscope.registry import MeasureSet
 from mixscope.store.run_record import RunRecord
 from mixscope.store.schema import DOCUMENT_SCHEMA, category_sql
 

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from mixscope.mixing.measures import DEFAULT_GROUPS, GROUPS, MeasureSet, column, measure_set
+from mixscope.registry import DEFAULT_GROUPS, GROUPS, MeasureSet, column, measure_set
 
 _RUN = re.compile(r"run_id=([^/]+)/")
 

@@ -114,7 +114,7 @@ def measure_lists(root: str | None) -> tuple[list[str], list[str], str]:
     """(every measure, the stored ones, whose they are) that ``expand`` lists for the runs of
     ``root`` — or, without a root, for the default measure groups (what ``mixscope queries``
     shows: a template spelled ``{{measures:@}}`` means nothing to a reader)."""
-    from mixscope.mixing.measures import DEFAULT_GROUPS, measure_set
+    from mixscope.registry import DEFAULT_GROUPS, measure_set
 
     if root is None:
         ms = measure_set(DEFAULT_GROUPS)
@@ -214,7 +214,7 @@ def _needs_groups(con: Any, q: NamedQuery, run_id: str | None) -> None:
     """Refuse, in one line, a selection where no run has every group ``q`` reads (the
     query would answer no rows, which reads like "nothing there" rather than "not
     computed")."""
-    from mixscope.mixing.measures import GROUPS
+    from mixscope.registry import GROUPS
 
     unknown = [g for g in (*q.groups, *q.also) if g not in GROUPS]
     if unknown:

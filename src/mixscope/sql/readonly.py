@@ -63,7 +63,7 @@ def execute(con: Any, sql: str, params: dict[str, Any] | None = None) -> Any:
 def missing_measure(con: Any, message: str) -> str | None:
     """A query that names a measure no selected run has: say so (which group computes it)
     instead of DuckDB's "column not found"."""
-    from mixscope.mixing.measures import all_columns, group_of
+    from mixscope.registry import all_columns, group_of
 
     names = {c.name for c in all_columns()}
     found = re.search(

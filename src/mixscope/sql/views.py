@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from mixscope.errors import MixscopeError
-from mixscope.mixing.measures import MeasureSet
+from mixscope.registry import MeasureSet
 from mixscope.sql.detail_views import (
     DUCK_TYPES,
     HIVE,
@@ -102,7 +102,7 @@ def _stats_view(
     moments = [v[len(prefixes[0]) :] for v, _, _ in kind.values if v.startswith(prefixes[0])]
     key_cols = [category_sql(k) + " AS category" if k == "category" else k for k in kind.key_names]
     if "measure" in kind.key_names:  # histograms: a derived measure has its source's bins
-        from mixscope.mixing.measures import CODES
+        from mixscope.registry import CODES
 
         codes = [CODES[ms.derived.get(m, (m,))[0]] for m in ms.columns]
         pairs = zip(codes, ms.columns, strict=True)

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
+from mixscope.registry import MeasureSet
 from mixscope.stats.arrow_tables import kind_table, measure_columns
 from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins
 from mixscope.stats.keys import ID_BITS, grouped, key_order, token_keys
@@ -65,11 +65,11 @@ class ShardStatistics:
     def __init__(
         self,
         vocab: Vocabulary,
-        measures: MeasureSet | None = None,
+        measures: MeasureSet,
         budget: int = DEVICE_BUDGET,
     ) -> None:
         self.vocab = vocab
-        self.measures = measures or measure_set(DEFAULT_GROUPS)  # the run's stored measures
+        self.measures = measures  # the run's columns (it keeps the stored ones)
         self.kinds = stats_kinds(self.measures.stored)
         self.budget = budget
         self.layers = 0
@@ -288,9 +288,7 @@ class ShardStatistics:
         )
 
 
-def statistics(
-    block: TokenBlock, vocab: Vocabulary, measures: MeasureSet | None = None
-) -> dict[str, pa.Table]:
+def statistics(block: TokenBlock, vocab: Vocabulary, measures: MeasureSet) -> dict[str, pa.Table]:
     """Every statistics table of one block (kind name → table)."""
     acc = ShardStatistics(vocab, measures)
     acc.add(block)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from mixscope.stats.token_block import TokenBlock, Vocabulary
-from mixscope.store.schema import STORED_MEASURES, detail_schema
+from mixscope.store.schema import detail_schema
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -101,11 +101,12 @@ def detail_table(
     block: TokenBlock,
     vocab: Vocabulary,
     precision: str = "float32",
-    stored: tuple[str, ...] = STORED_MEASURES,
+    *,
+    stored: tuple[str, ...],
 ) -> pa.Table:
     """One row per token in ``detail_schema(precision, stored)``; measures (the block's
     stored ones, ``stored``) as lists over layers."""
-    schema = detail_schema(precision, stored)
+    schema = detail_schema(precision, stored=stored)
     L = block.layers
     uniq, inverse = np.unique(block.token_id, return_inverse=True)
     strings = vocab.arrow(uniq)

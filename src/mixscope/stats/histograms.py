@@ -15,14 +15,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from mixscope.mixing.measures import DEFAULT_GROUPS, measure_set
 from mixscope.stats.arrow_tables import kind_table
 from mixscope.stats.keys import ID_BITS, counted
 from mixscope.store.schema import CATEGORIES, HIST_BINS, LAYER_HIST, TOKEN_HIST
 
 N_CAT = len(CATEGORIES)
-#: the stored measures' codes of the default selection (the paper's group)
-DEFAULT_CODES = measure_set(DEFAULT_GROUPS).codes
 #: counted token-histogram events (parts) held before they are merged into one
 HIST_MERGE = 1 << 22
 
@@ -50,9 +47,9 @@ class LayerHistogram:
     """Counts of every token-layer value in a flat [layer, category, measure, bin] grid,
     int64 on the device: one ``index_add_`` of a block's cells."""
 
-    def __init__(self, codes: tuple[int, ...] = DEFAULT_CODES) -> None:
+    def __init__(self, codes: tuple[int, ...]) -> None:
         self.counts: torch.Tensor | None = None
-        # the stable code of each stored measure (``mixing.measures.CODES``), by its index
+        # the stable code of each stored measure (``registry.CODES``), by its index
         self.codes = np.asarray(codes, np.int64)
 
     @staticmethod
@@ -109,7 +106,7 @@ class TokenHistogram:
     ``TokenMoments`` (which never change), so counted events need no renumbering until the
     table is built."""
 
-    def __init__(self, codes: tuple[int, ...] = DEFAULT_CODES) -> None:
+    def __init__(self, codes: tuple[int, ...]) -> None:
         self.codes = np.asarray(codes, np.int64)
         self.measure_bits = max(1, (len(codes) - 1).bit_length())
         self.cell_bits = self.measure_bits + BIN_BITS

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from mixscope.stats.keys import KeyIndex
-from mixscope.store.schema import CATEGORIES, STORED_MEASURES
+from mixscope.store.schema import CATEGORIES
 
 N_CAT = len(CATEGORIES)
 #: the moments of a token key, the sums' then the extremes'
@@ -31,7 +31,7 @@ class TokenMoments:
     on the device, capacity included: the shard's statistics keep it under their budget.
     """
 
-    def __init__(self, measures: int = len(STORED_MEASURES), device: torch.device | str = "cpu"):
+    def __init__(self, measures: int, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
         self.index = KeyIndex(self.device)
         self.layers = 0

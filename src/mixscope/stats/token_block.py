@@ -18,7 +18,7 @@ import pyarrow as pa
 import torch
 
 from mixscope.corpus.encode import EncodedSequence
-from mixscope.mixing.measures import DEFAULT_GROUPS, MeasureSet, measure_set
+from mixscope.registry import MeasureSet
 from mixscope.store.schema import category_codes
 
 
@@ -94,10 +94,10 @@ def token_block(
     seqs: Sequence[EncodedSequence],
     measures: torch.Tensor | Sequence[np.ndarray | torch.Tensor],
     vocab: Vocabulary,
-    columns: MeasureSet | None = None,
+    columns: MeasureSet,
 ) -> TokenBlock:
-    """The block of ``seqs`` and their measures, those of ``columns`` (default: the paper's
-    group), of which it keeps the stored ones. ``measures`` is either the chunk's tensor
+    """The block of ``seqs`` and their measures, those of ``columns`` (the run's
+    measure set), of which it keeps the stored ones. ``measures`` is either the chunk's tensor
     ``[tokens, measure, layer]`` in ``seqs`` order (``mixing.batches.run_chunk``: on the
     engine's device) or one engine-shaped ``[layer, measure, seq]`` array per sequence."""
     lengths = np.array([len(s) for s in seqs], dtype=np.int64)
@@ -108,7 +108,7 @@ def token_block(
     # only special tokens need their string for the category
     strings = vocab.strings(token_id[is_special])
     values = chunk_values(measures) if not isinstance(measures, torch.Tensor) else measures
-    stored = (columns or measure_set(DEFAULT_GROUPS)).stored_index()
+    stored = columns.stored_index()
     if stored != list(range(values.shape[1])):
         values = values.index_select(1, torch.tensor(stored, device=values.device))
     return TokenBlock(

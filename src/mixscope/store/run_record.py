@@ -71,14 +71,14 @@ class RunRecord:
     @property
     def groups(self) -> tuple[str, ...]:
         """The run's measure groups (runs written before groups existed: the paper's)."""
-        from mixscope.mixing.measures import DEFAULT_GROUPS
+        from mixscope.registry import DEFAULT_GROUPS
 
         return tuple(self.measures.get("groups") or DEFAULT_GROUPS)
 
     @property
     def measure_set(self) -> Any:
-        """The run's columns (:class:`~mixscope.mixing.measures.MeasureSet`)."""
-        from mixscope.mixing.measures import measure_set
+        """The run's columns (:class:`~mixscope.registry.MeasureSet`)."""
+        from mixscope.registry import measure_set
 
         return measure_set(self.groups)
 

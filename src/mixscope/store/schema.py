@@ -22,11 +22,11 @@ Readers (pandas, polars, DuckDB, Spark) rely on these names and types; bump
   per id a shard's statistics name) holds it once, and the views attach it by token id
   (``StatsKind.token_key``). Readers of older runs read the string from their files.
 
-- Measure groups (``mixing/measures/``; no new version: a run of the paper's group
+- Measure groups (``registry.py``; no new version: a run of the paper's group
   alone writes exactly what schema 4 wrote, so its files and run id stay). A run stores
   the columns of the groups it selected (``analysis.measures``): the detail lists, the
   statistics' ``<measure>_<stat>`` columns and the histograms' ``measure`` codes (each
-  stored measure's stable code, ``mixing.measures.CODES``; the paper's four keep 0–3).
+  stored measure's stable code, ``registry.CODES``; the paper's four keep 0–3).
   The schemas below are functions of a run's stored measures; readers take the measures
   a file holds from its columns.
 
@@ -43,12 +43,15 @@ import numpy as np
 import pyarrow as pa
 
 from mixscope._version import SCHEMA_VERSION
-from mixscope.measures import (  # noqa: F401  (re-exported: the schema's measures)
-    DERIVED_MEASURES,
-    MEASURE_COLUMNS,
-    PAIR_MEASURES,
-    STORED_MEASURES,
-)
+from mixscope.registry import DEFAULT
+
+#: the default selection's (the paper's group) columns: the measures of ``TOKENS_SCHEMA``
+#: and of runs written before groups existed (a run's own: its ``RunRecord.measure_set``)
+MEASURE_COLUMNS = DEFAULT.columns
+#: the default selection's stored measures
+STORED_MEASURES = DEFAULT.stored
+#: the per-pair contribution norms of contribution maps
+PAIR_MEASURES = DEFAULT.pair
 
 #: token categories, stored as int8 codes (their index here)
 CATEGORIES = ("normal", "mask", "cls", "sep", "other_special")
@@ -88,7 +91,7 @@ def category_sql(code: str) -> str:
 # -- what analyze() returns (and schema 1 stored) ----------------------------------------
 
 
-def tokens_schema(columns: tuple[str, ...] = MEASURE_COLUMNS) -> pa.Schema:
+def tokens_schema(columns: tuple[str, ...]) -> pa.Schema:
     """What ``analyze()`` returns: one long row per token and layer, one float32 column per
     measure of the selected groups (``columns``)."""
     return pa.schema(
@@ -111,16 +114,14 @@ _TOKEN_FIELDS = pa.schema(
     ]
 )
 #: the default selection's (the paper's group) ``analyze()`` schema
-TOKENS_SCHEMA = tokens_schema()
+TOKENS_SCHEMA = tokens_schema(MEASURE_COLUMNS)
 
 # -- per-token detail (output.detail = full | sample) ------------------------------------
 
 _META = {"mixscope.schema_version": str(SCHEMA_VERSION)}
 
 
-def detail_schema(
-    precision: str = "float32", stored: tuple[str, ...] = STORED_MEASURES
-) -> pa.Schema:
+def detail_schema(precision: str = "float32", *, stored: tuple[str, ...]) -> pa.Schema:
     """One row per token; each stored measure (``stored``: the run's) is the list of its
     values at layers 1..L."""
     value = pa.float16() if precision == "float16" else pa.float32()
@@ -166,8 +167,9 @@ class StatsKind:
     doc: str
     #: per stored measure m, the columns ``<m>_<stat>``: (stat, type, merge)
     moments: tuple[tuple[str, pa.DataType, str], ...] = ()
-    #: the stored measures whose moments this kind holds (a run's; see :func:`stats_kinds`)
-    measures: tuple[str, ...] = STORED_MEASURES
+    #: the stored measures whose moments this kind holds: a run's, never assumed (none in
+    #: the base kinds of ``STATS``; :meth:`with_measures`, :meth:`for_columns`, :func:`stats_kinds`)
+    measures: tuple[str, ...] = ()
     #: moments a shard's file leaves NULL where ``n = 1`` (restored from ``<m>_sum``:
     #: ``sumsq`` squared, the others the same); see :data:`SCHEMA_VERSION` 4
     singleton_stats: tuple[str, ...] = ()
@@ -198,7 +200,7 @@ class StatsKind:
 
     def for_columns(self, names: list[str] | tuple[str, ...]) -> StatsKind:
         """This kind for a file with these columns (the measures it holds)."""
-        from mixscope.mixing.measures import stored_measures_of
+        from mixscope.registry import stored_measures_of
 
         return self.with_measures(stored_measures_of(names)) if self.moments else self
 

@@ -1,14 +1,12 @@
-"""The measure-group contract: a group is the unit of computation, selection and storage.
+"""The measure-group contract's tensor side: a group is the unit of computation, selection
+and storage.
 
-A *group* (one file in this package) computes a few measures that share their work: the
-paper's five share one pass over the attention block's vectors, in place, which is what
-makes them cheap. It states, as data, everything the rest of mixscope needs to know:
+A *group* computes a few measures that share their work: the paper's five share one pass
+over the attention block's vectors, in place, which is what makes them cheap. Its metadata
+(name, columns, labels, colours, where it applies, its report section) is data in the
+torch-free registry (``mixscope/registry.py``), which every layer reads; its file here
+(one per group) holds what only the engine needs:
 
-- its ``name`` (what ``analysis.measures`` / ``--measures`` select) and its ``columns``
-  (names, labels, plot colours; a column may be *derived*: exactly a factor times another
-  column of the group, computed by the engine and re-derived by the readers, not stored);
-- where it applies (:meth:`MeasureGroup.unsupported` gives the reason it does not, for an
-  architecture adapter), so a group that does not apply is refused before any work;
 - what it needs captured from the forward pass (``needs``: names of
   :mod:`mixscope.mixing.points`; ``verify_needs``: more for its exactness check);
 - its tensor code: :meth:`MeasureGroup.compute` returns ``[measure, batch, seq]`` in the
@@ -18,38 +16,21 @@ makes them cheap. It states, as data, everything the rest of mixscope needs to k
   residual, its norm; the FF's input and stream) are computed there once per block and
   shared, so no group re-derives a residual or a norm's split.
 
-This module and the group files import no torch at module load (the CLI, the Arrow schemas
-and the SQL views read the metadata); the tensor code imports it where it runs.
+This module and the group files import no torch at module load; the tensor code imports
+it where it runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from mixscope.registry import GROUPS, Column, Group
 
 if TYPE_CHECKING:
     import torch
 
     from mixscope.mixing.chain import BlockChain
-    from mixscope.models.adapters import Adapter
-
-
-@dataclass(frozen=True)
-class Column:
-    """One measure: its column name everywhere (tensors, Parquet, SQL, plots)."""
-
-    name: str
-    label: str  # the name in figures and tables (the paper's name where there is one)
-    color: str  # its colour in every figure
-    #: derived exactly from another column of the group: (source, factor); not stored
-    derived: tuple[str, float] | None = None
-    #: the column has per-pair contribution maps ‖P_ij‖ (``contribution_maps``)
-    pair: bool = False
-    #: dashed in figures (attention weights, as opposed to norms)
-    dashed: bool = False
-    #: one bucket of a profile (the ``distance`` group's shares by distance): drawn with
-    #: the profile's other buckets as one heatmap, not as a line of its own
-    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +39,7 @@ class BatchInfo:
 
     valid: torch.Tensor  # [batch, seq] bool: a real token
     no_context: torch.Tensor  # [batch, seq] bool: a real token with no other token to mix in
-    first: torch.Tensor  # [batch] long: the sequence's first real position (padding aside)
+    first_position: torch.Tensor  # [batch] long: each sequence's first real position
     #: the distance profile's bucket count (``analysis.distance_buckets``, the run's setting)
     buckets: int = 12
 
@@ -74,30 +55,44 @@ class Residual:
 
 
 class MeasureGroup:
-    """Subclassed once per group file; instances are stateless."""
+    """Subclassed once per group file; instances are stateless. ``name`` links it to its
+    registry entry (:attr:`info`), whence its columns and the rest of its metadata."""
 
     name: str = ""
-    #: one line: what the group measures and its source (paper, year)
-    title: str = ""
-    columns: tuple[Column, ...] = ()
-    #: what the group's values are, as a figure's y axis (the per-layer figure's panel)
-    axis_label: str = "mixing ratio (%)"
     needs: frozenset[str] = frozenset()
     verify_needs: frozenset[str] = frozenset()
-    #: the group reads α^h_i0, the weights on the first real position (the fast kernel
-    #: computes them only for a batch whose groups read them)
-    first_position: bool = False
-    #: the group reads every pair's weight α^h_ij: the eager path keeps the full weights,
-    #: the fast kernel keeps q, k and its LSE to recompute them block by block
-    pair_weights: bool = False
-    #: the group measures something only some families have (learned sinks): ``all``
-    #: skipping it on another family is expected, so it is recorded (run.json, the table's
-    #: metadata) but not announced
-    feature_of_some_families: bool = False
 
-    def unsupported(self, adapter: Adapter) -> str | None:  # noqa: ARG002 - the contract
+    @property
+    def info(self) -> Group:
+        """The group's metadata (registry.py)."""
+        return GROUPS[self.name]
+
+    @property
+    def title(self) -> str:
+        return self.info.title
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        return self.info.columns
+
+    @property
+    def stored(self) -> tuple[str, ...]:
+        """The columns written to disk (derived ones are re-derived by the readers)."""
+        return self.info.stored
+
+    @property
+    def first_position(self) -> bool:
+        """The group reads α^h_i0 (registry: ``Group.first_position``)."""
+        return self.info.first_position
+
+    @property
+    def pair_weights(self) -> bool:
+        """The group reads every pair's weight α^h_ij (registry: ``Group.pair_weights``)."""
+        return self.info.pair_weights
+
+    def unsupported(self, adapter: Any) -> str | None:
         """Why the group does not apply to this architecture; None when it does."""
-        return None
+        return self.info.unsupported(adapter)
 
     def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
         """The group's measures of every token of one block: [measure, batch, seq]."""
@@ -109,8 +104,3 @@ class MeasureGroup:
         """The residuals of the group's exactness identity: ``exact`` is the block's chain
         with Σ_j a_ij rebuilt from the full α and the per-head vectors (eager path)."""
         raise NotImplementedError
-
-    @property
-    def stored(self) -> tuple[str, ...]:
-        """The columns written to disk (derived ones are re-derived by the readers)."""
-        return tuple(c.name for c in self.columns if c.derived is None)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mixscope.mixing.measures.base import BatchInfo, Column, MeasureGroup, Residual
+from mixscope.mixing.measures.base import BatchInfo, MeasureGroup, Residual
+from mixscope.registry import DISTANCE_BUCKETS
 
 if TYPE_CHECKING:
     import torch
@@ -33,46 +34,12 @@ if TYPE_CHECKING:
     from mixscope.mixing.chain import BlockChain
 
 #: the group's buckets (its stored columns: fixed, so their codes are stable)
-BUCKETS = 12
-#: a sequential ramp per side, near to far (a profile is drawn as a heatmap, not as lines:
-#: its buckets' colours are steps of one colour map, viridis for norms, inferno for weights)
-_NORM_RAMP = (
-    "#440154", "#481b6d", "#46327e", "#3f4788", "#375b8d", "#2e6d8e",
-    "#277e8e", "#21908d", "#1fa188", "#2cb17e", "#48c16e", "#6ece58",
-)  # fmt: skip
-_WEIGHT_RAMP = (
-    "#1e0c45", "#360961", "#4d0d6c", "#64156e", "#7a1d6d", "#902568",
-    "#a62d60", "#bc3754", "#cf4446", "#e05536", "#ed6925", "#f68013",
-)  # fmt: skip
-
-
-def _columns() -> tuple[Column, ...]:
-    norms = tuple(
-        Column(f"dist_n_{b}", f"DIST-N {_span(b)}", _NORM_RAMP[b], profile="dist_n")
-        for b in range(BUCKETS)
-    )
-    weights = tuple(
-        Column(f"dist_w_{b}", f"DIST-W {_span(b)}", _WEIGHT_RAMP[b], dashed=True, profile="dist_w")
-        for b in range(BUCKETS)
-    )
-    return norms + weights
-
-
-def _span(b: int) -> str:
-    """The distances of bucket b, as a label: 1, 2–3, …, ≥2048."""
-    lo, hi = 2**b, 2 ** (b + 1) - 1
-    if b == BUCKETS - 1:
-        return f"≥{lo}"
-    return str(lo) if lo == hi else f"{lo}–{hi}"
+BUCKETS = DISTANCE_BUCKETS
 
 
 class Distance(MeasureGroup):
     name = "distance"
-    title = "share of the context by distance, by norm and by weight (Kobayashi 2020's norms)"
-    columns = _columns()
-    axis_label = "share of the context (%)"
     needs = frozenset({"values", "attention"})
-    pair_weights = True
 
     def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
         import torch

@@ -27,39 +27,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mixscope.mixing.measures.base import BatchInfo, Column, MeasureGroup, Residual
+from mixscope.mixing.measures.base import BatchInfo, MeasureGroup, Residual
 
 if TYPE_CHECKING:
     import torch
 
     from mixscope.mixing.block_tensors import FFParams
     from mixscope.mixing.chain import BlockChain, Parts
-    from mixscope.models.adapters import Adapter
 
 
 class FeedForward(MeasureGroup):
     name = "ff"
-    title = (
-        "ATBFF, ATBFFRES, ATBFFRESLN: the feed-forward block, its residual and the norm "
-        "after it (Kobayashi et al., ICLR 2024)"
-    )
-    columns = (
-        Column("ff_n", "FF-N", "#f768a1"),
-        Column("ffres_n", "FFRES-N", "#000000"),
-        Column("ffresln_n", "FFRESLN-N", "#393b79"),
-    )
     needs = frozenset(
         {"block_input", "values", "attention", "attn_out", "attn_norm", "ff_in", "ff_out"}
     )
     verify_needs = frozenset({"ff_norm"})
-
-    def unsupported(self, adapter: Adapter) -> str | None:
-        dense = adapter.ff_in and adapter.ff_act and adapter.ff_out
-        if not (dense or adapter.moe_experts):
-            return f"the {adapter.family} adapter names no feed-forward modules"
-        if adapter.ff_norm is None and not adapter.final_norm:
-            return f"the {adapter.family} adapter names no norm after the feed-forward"
-        return None
 
     def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
         import torch

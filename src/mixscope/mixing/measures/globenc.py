@@ -20,29 +20,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mixscope.mixing.measures.base import BatchInfo, Column, MeasureGroup, Residual
+from mixscope.mixing.measures.base import BatchInfo, MeasureGroup, Residual
 
 if TYPE_CHECKING:
     import torch
 
     from mixscope.mixing.chain import BlockChain
-    from mixscope.models.adapters import Adapter
 
 
 class GlobEnc(MeasureGroup):
     name = "globenc"
-    title = "N-Enc, the whole encoder layer up to LN2 (GlobEnc, Modarressi et al., NAACL 2022)"
-    columns = (Column("globenc_n", "GLOBENC-N", "#9467bd"),)
     needs = frozenset({"block_input", "values", "attention", "attn_out", "attn_norm"})
     verify_needs = frozenset({"ff_norm"})
-
-    def unsupported(self, adapter: Adapter) -> str | None:
-        if adapter.placement != "post" or adapter.ff_norm is None:
-            return (
-                f"it needs a post-LN block (LN2 after the feed-forward); {adapter.family} "
-                "is pre-LN, where the paper's ATTNRESLN-N already reads LN2"
-            )
-        return None
 
     def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
         n2 = block.p.ff_norm

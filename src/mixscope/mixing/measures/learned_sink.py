@@ -22,27 +22,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mixscope.mixing.measures.base import BatchInfo, Column, MeasureGroup, Residual
+from mixscope.mixing.measures.base import BatchInfo, MeasureGroup, Residual
 
 if TYPE_CHECKING:
     import torch
 
     from mixscope.mixing.chain import BlockChain
-    from mixscope.models.adapters import Adapter
 
 
 class LearnedSink(MeasureGroup):
     name = "learned_sink"
-    title = "the learned attention sinks' mass (gpt-oss: a per-head logit with no value)"
-    columns = (Column("lsink_w", "LSINK-W", "#8c564b", dashed=True),)
     needs = frozenset({"attention"})
-    feature_of_some_families = True
-    axis_label = "the learned sinks' mass (%)"
-
-    def unsupported(self, adapter: Adapter) -> str | None:
-        if not adapter.learned_sinks:
-            return f"{adapter.family} has no learned attention sinks"
-        return None
 
     def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:  # noqa: ARG002
         t = block.t

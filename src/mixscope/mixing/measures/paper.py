@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mixscope.mixing.measures.base import BatchInfo, Column, MeasureGroup, Residual
+from mixscope.mixing.measures.base import BatchInfo, MeasureGroup, Residual
 
 if TYPE_CHECKING:
     import torch
@@ -35,14 +35,6 @@ if TYPE_CHECKING:
 
 class Paper(MeasureGroup):
     name = "paper"
-    title = "ATTN-W, ATTN-N, ATTNRES-W, ATTNRES-N, ATTNRESLN-N (Kobayashi et al., EMNLP 2021)"
-    columns = (
-        Column("attn_w", "ATTN-W", "#17becf", dashed=True),
-        Column("attn_n", "ATTN-N", "#3182bd", pair=True),
-        Column("attnres_w", "ATTNRES-W", "#e7ba52", derived=("attn_w", 0.5), dashed=True),
-        Column("attnres_n", "ATTNRES-N", "#e6550d", pair=True),
-        Column("attnresln_n", "ATTNRESLN-N", "#31a354", pair=True),
-    )
     needs = frozenset({"block_input", "values", "attention", "attn_out", "attn_norm"})
 
     def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:

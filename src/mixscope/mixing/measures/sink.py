@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mixscope.mixing.measures.base import BatchInfo, Column, MeasureGroup, Residual
+from mixscope.mixing.measures.base import BatchInfo, MeasureGroup, Residual
 
 if TYPE_CHECKING:
     import torch
@@ -32,24 +32,17 @@ if TYPE_CHECKING:
 
 class Sink(MeasureGroup):
     name = "sink"
-    title = "weight and norm drawn from the first position (attention sinks; Kobayashi 2020)"
-    columns = (
-        Column("sink_w", "SINK-W", "#c49c94", dashed=True),
-        Column("sink_n", "SINK-N", "#01665e"),
-    )
-    axis_label = "drawn from the first position (%)"
     needs = frozenset({"values", "attention", "attn_out"})
-    first_position = True
 
     def compute(self, block: BlockChain, batch: BatchInfo) -> torch.Tensor:
         import torch
 
-        from mixscope.mixing.ratios import first_attention_vector, norm_ratio
+        from mixscope.mixing.attention_parts import first_attention_vector, norm_ratio
 
         t, p = block.t, block.p
         assert t.alpha_first is not None
         norm = lambda v: torch.linalg.vector_norm(v, dim=-1)  # noqa: E731  [batch, seq]
-        a_first = first_attention_vector(t, p, batch.first)  # a_i0      [batch, seq, hidden]
+        a_first = first_attention_vector(t, p, batch.first_position)  # a_i0 [b, seq, hidden]
         n_first = norm(a_first)
         rest = torch.sub(t.attn_out, p.b_out).sub_(a_first)  # Σ_{j≠0} a_ij  [b, seq, hidden]
         weight = t.alpha_first.to(a_first.dtype).mean(dim=1)  # ᾱ_i0   [batch, seq]
@@ -64,17 +57,17 @@ class Sink(MeasureGroup):
     def check(self, exact: BlockChain, batch: BatchInfo) -> list[Residual]:
         import torch
 
+        from mixscope.mixing.attention_parts import first_attention_vector
         from mixscope.mixing.block_tensors import per_head_transformed
         from mixscope.mixing.exactness import relative_error
-        from mixscope.mixing.ratios import first_attention_vector
 
         t, p = exact.t, exact.p
         alpha = t.full_alpha().clone()  # [batch, heads, seq, seq]
         rows = torch.arange(alpha.shape[0], device=alpha.device)
-        alpha[rows, :, :, batch.first] = 0.0  # the other sources only
+        alpha[rows, :, :, batch.first_position] = 0.0  # the other sources only
         f = per_head_transformed(t, p)  # [batch, heads, seq, hidden]
         rest = torch.einsum("bhij,bhjd->bid", alpha, f)  # Σ_{j≠0} a_ij  [batch, seq, hidden]
-        rebuilt = first_attention_vector(t, p, batch.first) + rest + p.b_out
+        rebuilt = first_attention_vector(t, p, batch.first_position) + rest + p.b_out
         return [
             Residual(
                 "a_i0 + Σ_{j≠0} a_ij + b_O − attention output",

@@ -1,4 +1,5 @@
-"""The pieces every group's per-token ratios are built from, without any per-pair tensor.
+"""A token's attention parts that the per-token ratios are built from, without any per-pair
+tensor: its own part a_ii, its part from the first position a_i0, and the ratio of two norms.
 
 The context part needs only sums the model already computes: ``Σ_j a_ij`` is the output
 projection minus ``b_O``; the self part ``a_ii = Σ_h α^h_ii f^h(x_i)`` needs the diagonal
