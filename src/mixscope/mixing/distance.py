@@ -118,7 +118,9 @@ def row_blocks(
     """(start, α of the block's rows [batch, heads, rows, seq]) over every query row;
     ``shape`` (batch, heads, seq)."""
     batch, heads, seq = shape
-    rows = block_rows(batch, heads, seq, budget)
+    # at most an eighth of the rows a block: a causal block's sources end at its last row,
+    # so narrower blocks leave out more of the (zero) later ones (56% of the work, not 75%)
+    rows = min(block_rows(batch, heads, seq, budget), max(64, -(-seq // 8)))
     for start in range(0, seq, rows):
         yield start, alpha_rows(full, scores, start, min(seq, start + rows), dtype)
 
@@ -139,8 +141,13 @@ def distance_sums(
     out = torch.empty(2, batch, seq, buckets, dtype=torch.float64, device=values.device)
     for start, alpha in row_blocks(full, scores, (batch, p.heads, seq), values.dtype, budget):
         stop = start + alpha.shape[2]
-        pairs = torch.stack([pair_norms_of(alpha, gram), alpha.mean(dim=1)])  # [2, b, rows, seq]
-        out[:, :, start:stop] = bucket_sums(pairs, start, buckets)
+        # sources past the block's last one with a weight (a causal block's later tokens)
+        # add nothing: left out, they halve a causal model's work
+        reach = alpha.amax(dim=(0, 1, 2)).nonzero()  # [sources with a weight, 1]
+        cols = int(reach[-1, 0]) + 1 if len(reach) else 1
+        alpha = alpha[..., :cols]
+        pairs = torch.stack([pair_norms_of(alpha, gram[:, :cols]), alpha.mean(dim=1)])
+        out[:, :, start:stop] = bucket_sums(pairs, start, buckets)  # pairs [2, b, rows, cols]
     return out.permute(0, 3, 1, 2)  # [2, buckets, batch, seq]
 
 
