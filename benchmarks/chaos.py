@@ -94,6 +94,18 @@ def job(model: str, text: Path, out: str, address: str, work: Path, slow: float,
     return j
 
 
+def survive(faults: list[Any], failures: list[tuple[float, str]], ok: bool) -> None:
+    """A fault is survived when the job completed whole and exact (``ok``) and no driver
+    failed on its own between it and the next fault (a failure is the last fault's)."""
+    hit = sorted((f for f in faults if f.injected_at is not None), key=lambda f: f.injected_at)
+    for f in hit:
+        f.survived = ok
+    for when, _ in failures:
+        before = [f for f in hit if f.injected_at <= when]
+        if before:
+            before[-1].survived = False
+
+
 def report(args: argparse.Namespace, res: dict[str, Any]) -> list[str]:
     v, faults = res["verdict"], res["faults"]
     lines = [
@@ -161,14 +173,13 @@ def main() -> None:
         res["clean_s"] = done.seconds
         chaos = job(model, text, roots["chaos"], cluster.address, work / "chaos", slow, s3)
         faults = schedule(args.seed, per_kind, gap, start=gap[0])
-        sup = Supervisor(chaos, cluster, store, faults, args.seed)
+        sup = Supervisor(chaos, cluster, store, faults, args.seed, max_failures=40)
         t0 = time.time()
         out = sup.run(args.timeout or 20 * done.seconds + 600)
         res.update(chaos_s=out.seconds, drivers=out.drivers, busy=out.busy_retries)
         res["failures"] = out.failures
         res["verdict"] = verdict(roots["clean"], roots["chaos"], client, chaos.env)
-        for f in faults:  # a fault is survived when the job then completed, whole and exact
-            f.survived = f.injected_at is not None and res["verdict"]["ok"] and not out.failures
+        survive(faults, out.failures, res["verdict"]["ok"])
         res["faults"] = [f.__dict__ for f in faults]
         res["redone"] = work_redone(chaos.trace, roots["chaos"], t0)
         res["log"] = chaos.log
@@ -178,8 +189,8 @@ def main() -> None:
             args.json.write_text(json.dumps(res, indent=1, default=str), encoding="utf-8")
         if not res["verdict"]["ok"] or out.failures:
             print(json.dumps(res["verdict"], indent=1, default=str), file=sys.stderr)
-            for failure in out.failures:
-                print(failure, file=sys.stderr)
+            for when, failure in out.failures:
+                print(f"[{when:7.1f} s] {failure}", file=sys.stderr)
             sys.exit(1)
     finally:
         if cluster is not None:

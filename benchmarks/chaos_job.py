@@ -60,7 +60,8 @@ class Job:
 class Outcome:
     seconds: float
     drivers: int  # driver processes started
-    failures: list[str]  # ends of drivers that were not ours to cause (with their last lines)
+    #: (when, what) of each driver end that was not ours to cause (with its last lines)
+    failures: list[tuple[float, str]]
     busy_retries: int  # starts refused because the killed driver's lease had not expired
 
 
@@ -83,7 +84,7 @@ class Supervisor:
         self.proc: subprocess.Popen | None = None
         self.killed = False
         self.drivers = 0
-        self.failures: list[str] = []
+        self.failures: list[tuple[float, str]] = []
         self.busy = 0
         self.t0 = 0.0
         self.next_start = 0.0
@@ -136,7 +137,8 @@ class Supervisor:
             self.next_start = self.now() + 1.0
         else:
             tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-            self.failures.append(f"driver {self.drivers} exit {rc}: " + " | ".join(tail))
+            what = f"driver {self.drivers} exit {rc}: " + " | ".join(tail)
+            self.failures.append((round(self.now(), 2), what))
             self.say(f"driver {self.drivers} FAILED (exit {rc}): {tail[-1] if tail else ''}")
             self.next_start = self.now() + 2.0
         return False
