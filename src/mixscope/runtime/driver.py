@@ -25,6 +25,7 @@ from mixscope.stats.consolidate import consolidate
 from mixscope.store import manifest, verify
 from mixscope.store.layout import Layout
 from mixscope.store.runs import now, write_run
+from mixscope.store.sweep import sweep
 
 __all__ = ["PreparedRun", "RunSummary", "prepare", "run_job", "run_prepared"]
 
@@ -243,6 +244,8 @@ def _run_locked(
             finally:
                 executor.close()
             background.finish()
+        if len(committed) == len(plan.shards):
+            sweep(layout, run_id)  # what interrupted work left: no one's now (store/sweep.py)
     finally:
         progress.close()
         seconds = time.time() - started
