@@ -44,10 +44,11 @@ from chaos_job import Job, Supervisor
 from chaos_verdict import verdict, work_redone
 from common import HEADING, publish, source_state, tests_module, wikitext_path
 
-#: schedule name → (faults of each kind, documents, seconds between faults (uniform))
+#: schedule name → (faults of each kind, documents (two per shard), seconds between faults
+#: (uniform), seconds each shard sleeps)
 SCHEDULES = {
-    "short": (1, 160, (5.0, 9.0)),
-    "full": (20, 2400, (5.0, 11.0)),
+    "short": (1, 120, (4.0, 7.0), 0.5),
+    "full": (20, 2400, (5.0, 11.0), 1.0),
 }
 
 
@@ -110,7 +111,7 @@ def report(args: argparse.Namespace, res: dict[str, Any]) -> list[str]:
     v, faults = res["verdict"], res["faults"]
     lines = [
         f"Chaos run ({args.schedule} schedule, seed {args.seed}): {res['shards']} shards on a "
-        f"head and 2 worker nodes (one actor each), S3 root on moto; {source_state()}.",
+        f"head and 2 worker nodes (one actor each), S3 root on moto; {args.source}.",
         "",
         "| Fault | What | Injected | Survived |",
         "|---|---|---|---|",
@@ -133,6 +134,7 @@ def report(args: argparse.Namespace, res: dict[str, Any]) -> list[str]:
         "attempt started, at most the shard's own time)",
         f"- wall time: clean run {res['clean_s']:.1f} s, chaos run {res['chaos_s']:.1f} s: "
         f"**{res['chaos_s'] / res['clean_s']:.2f}×** (+{res['chaos_s'] - res['clean_s']:.1f} s)",
+        "- the whole benchmark: " + ", ".join(f"{k} {v:.0f} s" for k, v in res["phases"].items()),
     ]
     return lines
 
@@ -142,14 +144,18 @@ def main() -> None:
     ap.add_argument("--schedule", choices=sorted(SCHEDULES), default="short")
     ap.add_argument("--seed", type=int, default=41)
     ap.add_argument("--docs", type=int, default=None, help="documents (default: the schedule's)")
-    ap.add_argument("--shard-seconds", type=float, default=1.0, help="sleep per shard")
+    ap.add_argument("--shard-seconds", type=float, default=None, help="sleep per shard")
     ap.add_argument("--timeout", type=float, default=None, help="give up the chaos job after")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--save", action="store_true", help="write benchmarks/results/chaos.md")
+    ap.add_argument("--source", default=None, help="the code measured (default: git's HEAD)")
     args = ap.parse_args()
-    per_kind, docs, gap = SCHEDULES[args.schedule]
+    args.source = args.source or source_state()
+    per_kind, docs, gap, slow = SCHEDULES[args.schedule]
+    t_start = time.time()
     docs = args.docs or docs
+    slow = slow if args.shard_seconds is None else args.shard_seconds
     work = Path(tempfile.mkdtemp(prefix="mx-chaos-"))
     s3_server = tests_module("s3_server")
     store = Store()
@@ -163,14 +169,14 @@ def main() -> None:
         text = corpus(work / "corpus.txt", docs)
         model = tiny_model(work / "model")
         cluster = Cluster(workers=2)
+        phases = {"set-up": time.time() - t_start}
         roots = {k: f"s3://{bucket}/{k}" for k in ("clean", "chaos")}
         res: dict[str, Any] = {"schedule": args.schedule, "seed": args.seed, "shards": docs // 2}
-        slow = args.shard_seconds
         clean = job(model, text, roots["clean"], cluster.address, work / "clean", slow, s3)
         done = Supervisor(clean, cluster, store, [], args.seed).run(args.timeout or 3600)
         if done.failures or done.drivers != 1:
             sys.exit(f"the clean run did not complete at once: {done.failures}")
-        res["clean_s"] = done.seconds
+        res["clean_s"] = phases["clean run"] = done.seconds
         chaos = job(model, text, roots["chaos"], cluster.address, work / "chaos", slow, s3)
         faults = schedule(args.seed, per_kind, gap, start=gap[0])
         sup = Supervisor(chaos, cluster, store, faults, args.seed, max_failures=40)
@@ -178,7 +184,11 @@ def main() -> None:
         out = sup.run(args.timeout or 20 * done.seconds + 600)
         res.update(chaos_s=out.seconds, drivers=out.drivers, busy=out.busy_retries)
         res["failures"] = out.failures
+        phases["chaos run"] = out.seconds
+        t_verdict = time.time()
         res["verdict"] = verdict(roots["clean"], roots["chaos"], client, chaos.env)
+        phases["verdict"] = time.time() - t_verdict
+        res["phases"] = {k: round(v, 1) for k, v in phases.items()}
         survive(faults, out.failures, res["verdict"]["ok"])
         res["faults"] = [f.__dict__ for f in faults]
         res["redone"] = work_redone(chaos.trace, roots["chaos"], t0)
