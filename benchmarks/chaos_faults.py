@@ -89,7 +89,14 @@ class Cluster:
         return next((n for n in self.c.nodes if n.name == name), None)
 
     def live_workers(self) -> list[str]:
-        return [n for n in self.names if (node := self.node(n)) and node.process.poll() is None]
+        """The worker nodes up with their raylet (one just restarted may not have it yet)."""
+        return [
+            n
+            for n in self.names
+            if (node := self.node(n))
+            and node.process.poll() is None
+            and "raylet" in node.processes().values()
+        ]
 
     def actor_pids(self) -> list[int]:
         """The shard actors' processes (``ray::RayShardWorker``) on every live node."""
