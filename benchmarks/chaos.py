@@ -128,7 +128,8 @@ def report(args: argparse.Namespace, res: dict[str, Any]) -> list[str]:
         + ", ".join(f"{k}: {'yes' if ok else '**no**'}" for k, ok in v["checks"].items()),
         f"- `status --verify`: {v['verify']}",
         f"- drivers started: {res['drivers']} ({res['busy']} refused while a killed "
-        f"driver's lease ran out); drivers that failed on their own: {len(res['failures'])}",
+        f"driver's lease ran out, {res['unreachable']} refused in one line while the store "
+        f"was down); drivers that failed on their own: {len(res['failures'])}",
         f"- work redone: {w['lost']} shard attempts lost of {w['attempts']}, "
         f"{w['seconds']:.1f} shard-seconds (each lost attempt counted until the shard's next "
         "attempt started, at most the shard's own time)",
@@ -183,6 +184,7 @@ def main() -> None:
         t0 = time.time()
         out = sup.run(args.timeout or 20 * done.seconds + 600)
         res.update(chaos_s=out.seconds, drivers=out.drivers, busy=out.busy_retries)
+        res["unreachable"] = out.unreachable
         res["failures"] = out.failures
         phases["chaos run"] = out.seconds
         t_verdict = time.time()

@@ -5,7 +5,9 @@ of the schedule are injected (benchmarks/chaos.py).
 A driver that ends is judged by why: exit 0, the job is complete; killed by us (a driver
 kill, or ``os._exit`` in a consolidation where the armed trigger fired), it is started again
 at once, as a user reruns a killed job; exit 3 (the run's lease still held by the killed
-driver until it expires), it is tried again a second later. Any other end is a failure the
+driver until it expires), it is tried again a second later; exit 1 saying it cannot reach
+the object store while the store is down (a driver started in an outage longer than the
+probe's wait: store/reach.py), likewise. Any other end is a failure the
 job did not survive: logged with the driver's last lines, counted, and the job is resumed
 anyway so that one run finds every such failure (and gives up after ``max_failures``).
 """
@@ -63,6 +65,7 @@ class Outcome:
     #: (when, what) of each driver end that was not ours to cause (with its last lines)
     failures: list[tuple[float, str]]
     busy_retries: int  # starts refused because the killed driver's lease had not expired
+    unreachable: int  # starts refused in one line because the store was down
 
 
 class Supervisor:
@@ -86,6 +89,9 @@ class Supervisor:
         self.drivers = 0
         self.failures: list[tuple[float, str]] = []
         self.busy = 0
+        self.unreachable = 0
+        self.outages: list[list[float]] = []  # [start, end] of each store outage (end: inf)
+        self.driver_started = 0.0
         self.t0 = 0.0
         self.next_start = 0.0
 
@@ -112,6 +118,7 @@ class Supervisor:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
+        self.driver_started = self.now()
         self.say(f"driver {self.drivers} started (pid {self.proc.pid})")
 
     def _driver_ended(self, rc: int) -> bool:
@@ -135,6 +142,10 @@ class Supervisor:
         elif rc == 3:
             self.busy += 1
             self.next_start = self.now() + 1.0
+        elif rc == 1 and self._refused_in_outage(log):
+            self.unreachable += 1
+            self.say(f"driver {self.drivers}: the store is down, said so in one line")
+            self.next_start = self.now() + 1.0
         else:
             tail = log.read_text(errors="replace").strip().splitlines()[-15:]
             what = f"driver {self.drivers} exit {rc}: " + " | ".join(tail)
@@ -142,6 +153,12 @@ class Supervisor:
             self.say(f"driver {self.drivers} FAILED (exit {rc}): {tail[-1] if tail else ''}")
             self.next_start = self.now() + 2.0
         return False
+
+    def _refused_in_outage(self, log: Path) -> bool:
+        """The driver's last line is the store probe's, and the store was down meanwhile."""
+        lines = log.read_text(errors="replace").strip().splitlines()
+        said = bool(lines) and lines[-1].startswith("Error: cannot reach the object store at")
+        return said and any(end >= self.driver_started for _, end in self.outages)
 
     # -- faults --------------------------------------------------------------------------
 
@@ -176,6 +193,7 @@ class Supervisor:
             if not self.store.up:
                 return False
             self.store.stop()
+            self.outages.append([self.now(), float("inf")])
             target = self.store.endpoint
             self.later.append((self.now() + fault.param, "store_up", target))
         fault.injected_at, fault.target = round(self.now(), 2), target
@@ -192,6 +210,7 @@ class Supervisor:
                 self.say(f"node {target} restarted")
             else:
                 self.store.start()
+                self.outages[-1][1] = self.now()
                 self.say(f"store {target} up again")
         for fault in [f for f in self.pending if f.due <= now]:
             if self._inject(fault):
@@ -229,4 +248,6 @@ class Supervisor:
                     self.store.start()
             self.later.clear()
             self.job.trigger.unlink(missing_ok=True)
-        return Outcome(round(self.now(), 2), self.drivers, self.failures, self.busy)
+        return Outcome(
+            round(self.now(), 2), self.drivers, self.failures, self.busy, self.unreachable
+        )
