@@ -20,8 +20,9 @@ pytest_plugins = ["reliability_report"]
 
 # -- the tiers: every test's tier is declared here, and only here (no test file marks its
 # own: tests/test_tiers.py checks it). A test is ``e2e`` (a Ray cluster, driver processes,
-# whole jobs, the reliability matrix), else ``slow`` (the real model, large inputs, the
-# benchmarks' smoke runs), else fast; ``gpu`` tests need CUDA (benchmarks/gpu_check.sh).
+# whole jobs, the reliability matrix; the chaos run is ``chaos`` too), else ``slow`` (the
+# real model, large inputs, the benchmarks' smoke runs), else fast; ``gpu`` tests need
+# CUDA (benchmarks/gpu_check.sh).
 # Docs: docs/development.md, "Tiers".
 
 #: fixtures whose use makes a test slow (the real model) or end to end (a cluster or jobs)
@@ -43,6 +44,8 @@ SLOW_MODULES = {
     "test_elastic",  # a cluster that grows and shrinks under a slow job
 }
 GPU_MODULES = {"test_gpu"}
+#: the chaos run's short schedule (e2e too: it lives in tests/reliability/)
+CHAOS_MODULES = {"test_chaos"}
 #: single tests (``module::function``) of a tier their module is not
 E2E_TESTS = {
     "test_executor::test_a_released_job_ends_the_ray_it_started",
@@ -76,6 +79,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, kind))
         if item.path.stem in GPU_MODULES:
             item.add_marker(pytest.mark.gpu)
+        if item.path.stem in CHAOS_MODULES:
+            item.add_marker(pytest.mark.chaos)
 
 
 @pytest.fixture(scope="session")

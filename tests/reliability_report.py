@@ -7,7 +7,8 @@ Every test in ``tests/reliability/`` carries ``@pytest.mark.scenario(name, injec
 checked=…)``; this plugin (loaded by tests/conftest.py) collects each one's outcome and,
 when the option is given, writes the Markdown table of scenario, what was injected, what
 was checked and the result of this run. ``make test`` passes the option, so the table in
-docs/reliability.md is the outcome of the last full test run, not typed by hand.
+docs/reliability.md is the outcome of the last full test run, not typed by hand; the
+chaos run's full schedule (benchmarks/chaos.py ``--save``) adds its section under it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,26 @@ from pathlib import Path
 import pytest
 
 _RESULTS: dict[str, dict] = {}
+#: the full chaos schedule's figures (``python benchmarks/chaos.py --schedule full --save``),
+#: put under the table: a run of it takes far longer than a test run may
+CHAOS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "chaos.md"
+
+
+def chaos_section(path: Path = CHAOS) -> list[str]:
+    """The lines of docs/reliability.md's chaos section (none before a full run is saved)."""
+    if not path.is_file():
+        return []
+    return [
+        "",
+        "## Chaos under load",
+        "",
+        "Random faults through one long job (issue 41): the figures of the last run of the",
+        "full schedule, `python benchmarks/chaos.py --schedule full --save`",
+        "(benchmarks/results/chaos.md); the short schedule, one fault of each kind, is the",
+        "matrix row *Chaos under load (short schedule)* of every test run.",
+        "",
+        *path.read_text(encoding="utf-8").rstrip("\n").splitlines(),
+    ]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -90,5 +111,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     for row in _RESULTS.values():
         cells = [row["scenario"], row["injected"], row["checked"], row["result"]]
         lines.append("| " + " | ".join(cell(c) for c in cells) + f" | `{row['test']}` |")
+    lines += chaos_section()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-TIER_MARK = re.compile(r"\bmark\.(slow|e2e|gpu)\b")
+TIER_MARK = re.compile(r"\bmark\.(slow|e2e|gpu|chaos)\b")
 
 
 def test_no_test_file_marks_its_own_tier() -> None:

@@ -40,6 +40,12 @@ class _Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()
                 ctx.exit(1)
+            from mixscope.store.reach import explain
+
+            unreachable = explain(exc)  # an object store gone: one line of ours, not the client's
+            if unreachable is not None:
+                click.echo(f"Error: {unreachable}", err=True)
+                ctx.exit(1)
             first = first_line(exc)
             click.echo(
                 f"Error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)",

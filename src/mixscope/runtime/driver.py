@@ -25,6 +25,7 @@ from mixscope.stats.consolidate import consolidate
 from mixscope.store import manifest, verify
 from mixscope.store.layout import Layout
 from mixscope.store.runs import now, write_run
+from mixscope.store.sweep import sweep
 
 __all__ = ["PreparedRun", "RunSummary", "prepare", "run_job", "run_prepared"]
 
@@ -52,7 +53,10 @@ class BackgroundConsolidation:
             self._check()
             self._since = 0
             self._running = self._pool.submit(
-                consolidate, self.layout, self.run_id, min_new=self.every
+                consolidate,
+                faults.consolidation_layout(self.layout),
+                self.run_id,
+                min_new=self.every,
             )
 
     def _check(self) -> None:
@@ -63,7 +67,9 @@ class BackgroundConsolidation:
     def start_last(self) -> None:
         """Start the last consolidation on the thread (after the one running), so what the
         driver does meanwhile (the executor's release) overlaps it."""
-        self._last = self._pool.submit(consolidate, self.layout, self.run_id)
+        self._last = self._pool.submit(
+            consolidate, faults.consolidation_layout(self.layout), self.run_id
+        )
 
     def finish(self) -> None:
         """Wait for the consolidations, the last one (``start_last``) included."""
@@ -188,7 +194,8 @@ def _run_locked(
     spec, layout, plan, run_id = prep.spec, prep.layout, prep.plan, prep.run_id
     record = prep.record  # read under the lock: what a previous invocation left
     interval = interval_from_env() if show_progress else 0.0  # a bad value fails before work
-    consolidate(layout, run_id)  # what a killed driver committed and did not consolidate
+    # what a killed driver committed and did not consolidate
+    consolidate(faults.consolidation_layout(layout), run_id)
     committed = manifest.commits(layout, run_id)
     pending = [s for s in plan.shards if s.shard_id not in committed]
     invocation = {"started_at": now(), "pending": len(pending), "done": 0, "failed": 0, "tokens": 0}
@@ -237,6 +244,8 @@ def _run_locked(
             finally:
                 executor.close()
             background.finish()
+        if len(committed) == len(plan.shards):
+            sweep(layout, run_id)  # what interrupted work left: no one's now (store/sweep.py)
     finally:
         progress.close()
         seconds = time.time() - started

@@ -18,6 +18,12 @@
   that keeps failing).
 - ``{"trace": {"dir": "/tmp/t"}}``: every shard attempt that starts leaves one file in
   ``dir`` (``<pid>-<shard>-<n>``), so a test counts how many times shards were analysed.
+- ``{"die_in_consolidation": {"trigger": "/tmp/c"}}``: once the file ``/tmp/c`` exists
+  (holding a number k), the driver process dies (``os._exit``) just before the k-th write
+  or delete of the next consolidation that merges anything (k = 1: before its first
+  statistics file; after its record: among the deletions); the trigger is renamed
+  ``/tmp/c.fired`` (holding what was about to happen) first, so a chaos run knows why its
+  driver died (benchmarks/chaos.py).
 - ``{"disable": ["run_lock"]}``: a guard switched off (``run_lock``: two drivers of one run
   both proceed), so a test can show that the guard is what its scenario relies on.
 """
@@ -27,6 +33,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mixscope.store.layout import Layout
 
 ENV = "MIXSCOPE_FAULTS"
 
@@ -111,3 +121,47 @@ def maybe_slow_load() -> None:
         import time
 
         time.sleep(float(slow.get("seconds", 1.0)))
+
+
+def consolidation_layout(layout: Layout) -> Layout:
+    """The layout a consolidation writes through: ``layout`` itself, or one that dies at
+    the step the armed ``die_in_consolidation`` trigger names (read when the consolidation
+    starts: one armed after it waits for the next)."""
+    spec = _spec("die_in_consolidation")
+    if not isinstance(spec, dict):
+        return layout
+    trigger = Path(spec["trigger"])
+    try:
+        step = int(trigger.read_text())
+    except (FileNotFoundError, ValueError):
+        return layout
+    from mixscope.store.layout import Layout
+
+    class Dying(Layout):
+        """Counts the writes and deletes of a merge (from its first statistics file on:
+        a consolidation with nothing to merge deletes leftovers only) and dies at ``step``."""
+
+        ops = 0
+
+        def _step(self, what: str, path: str) -> None:
+            if self.ops == 0 and not (what == "write" and "/gen-" in path):
+                return
+            self.ops += 1
+            if self.ops >= step:
+                trigger.rename(trigger.with_name(trigger.name + ".fired"))
+                trigger.with_name(trigger.name + ".fired").write_text(f"{what} {path}\n")
+                os._exit(137)
+
+        def write_bytes_atomic(self, path: str, data) -> None:  # type: ignore[no-untyped-def]
+            self._step("write", path)
+            super().write_bytes_atomic(path, data)
+
+        def write_json_exclusive(self, path: str, obj: object) -> bool:
+            self._step("record", path)
+            return super().write_json_exclusive(path, obj)
+
+        def delete(self, path: str) -> None:
+            self._step("delete", path)
+            super().delete(path)
+
+    return Dying(layout.root, layout.fs, layout.base)

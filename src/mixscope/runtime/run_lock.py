@@ -26,8 +26,25 @@ from mixscope.errors import MixscopeError
 from mixscope.runtime import faults
 from mixscope.store.layout import Layout
 
-#: seconds a remote run lease lives without a heartbeat (renewed every TTL / 3)
+#: seconds a remote run lease lives without a heartbeat (renewed every TTL / 3): how long
+#: a killed driver's run stays busy; ``MIXSCOPE_RUN_LEASE_SECONDS`` sets it (the chaos run
+#: kills drivers by the dozen and shortens it)
 TTL = 60.0
+TTL_ENV = "MIXSCOPE_RUN_LEASE_SECONDS"
+
+
+def lease_seconds() -> float:
+    """The run lease's lifetime: ``MIXSCOPE_RUN_LEASE_SECONDS``, else :data:`TTL`."""
+    raw = os.environ.get(TTL_ENV)
+    if not raw:
+        return TTL
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise MixscopeError(f"{TTL_ENV}={raw}: expected a positive number of seconds")
+    return value
 
 
 class RunBusyError(MixscopeError):
@@ -64,7 +81,7 @@ def run_lock(layout: Layout, run_id: str) -> Iterator[None]:
     if not layout.is_local:
         from mixscope.store.lease import Lease
 
-        lease = Lease(layout.run_lease_folder(run_id), "driver", TTL)
+        lease = Lease(layout.run_lease_folder(run_id), "driver", lease_seconds())
         if not lease.acquire():
             raise RunBusyError(busy.format(_holder_text(lease.holder() or {})))
         try:

@@ -72,8 +72,15 @@ class Layout:
 
     @classmethod
     def open(cls, root: str) -> Layout:
+        """The layout of ``root``; an S3 root's endpoint must answer first (a bounded probe,
+        once per process: store/reach.py), else one line says it cannot be reached."""
         fs, base = open_root(root)
-        return cls(root, fs, base)
+        layout = cls(root, fs, base)
+        if layout.is_s3:
+            from mixscope.store import reach
+
+            reach.require(root)
+        return layout
 
     @property
     def is_local(self) -> bool:

@@ -207,7 +207,11 @@ class Lease:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.ttl / 3):
-            if not self.renew():
+            try:
+                renewed = self.renew()
+            except Exception:  # the store unreachable (an outage past the client's retries)
+                continue  # try again at the next beat: a dead heartbeat never renews again
+            if not renewed:
                 return  # lost: the run's commits stay exact, the new holder redoes nothing
 
     def release(self) -> None:
