@@ -145,22 +145,30 @@ class Fault:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def schedule(seed: int, per_kind: int, gap: tuple[float, float], start: float) -> list[Fault]:
+def schedule(
+    seed: int,
+    per_kind: int,
+    gap: tuple[float, float] | None,
+    start: float,
+    within: tuple[float, float] = (0.0, 0.0),
+) -> list[Fault]:
     """``per_kind`` faults of every kind in a seeded random order, ``gap`` seconds apart
-    (uniform), the first ``start`` seconds into the job; each with its own random
-    parameter: the down time of a node or the store (1–6 s), the consolidation step at which
-    the driver dies (1–12: among the statistics files, at the record, or after it among the
-    deletions)."""
+    (uniform) from ``start`` seconds into the job, or (``gap`` None) at uniform random
+    moments ``within`` these seconds of it; each with its own random parameter: the down
+    time of a node or the store (1–6 s), the consolidation step at which the driver dies
+    (1–12: among the statistics files, at the record, or after it among the deletions)."""
     rng = random.Random(seed)
     kinds = [k for k in KINDS for _ in range(per_kind)]
     rng.shuffle(kinds)
+    times = sorted(rng.uniform(*within) for _ in kinds) if gap is None else None
     out, t = [], start
-    for kind in kinds:
+    for k, kind in enumerate(kinds):
         param = {
             "node_kill": rng.uniform(1.0, 6.0),
             "store_outage": rng.uniform(1.0, 6.0),
             "consolidation_kill": float(rng.randint(1, 12)),
         }.get(kind, 0.0)
-        out.append(Fault(kind, round(t, 2), round(param, 2)))
-        t += rng.uniform(*gap)
+        out.append(Fault(kind, round(t if times is None else times[k], 2), round(param, 2)))
+        if gap is not None:
+            t += rng.uniform(*gap)
     return out
