@@ -98,16 +98,19 @@ class Cluster:
             and "raylet" in node.processes().values()
         ]
 
-    def actor_pids(self) -> list[int]:
-        """The shard actors' processes (``ray::RayShardWorker``) on every live node."""
+    def actor_pids(self, busy: bool = False) -> list[int]:
+        """The shard actors' processes (``ray::RayShardWorker``) on every live node; with
+        ``busy``, those in a shard now (Ray titles such a process ``…RayShardWorker.process``)."""
+        mark = "RayShardWorker.process" if busy else "RayShardWorker"
         pids = []
         for node in self.c.nodes:
             if node.process.poll() is None:
-                pids += [p for p in node.processes() if "RayShardWorker" in _cmdline(p)]
+                pids += [p for p in node.processes() if mark in _cmdline(p)]
         return sorted(pids)
 
     def kill_actor(self, rng: random.Random) -> str | None:
-        pids = self.actor_pids()
+        """SIGKILL an actor in the middle of a shard (None: none is in one now)."""
+        pids = self.actor_pids(busy=True)
         if not pids:
             return None
         pid = rng.choice(pids)
