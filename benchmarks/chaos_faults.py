@@ -23,7 +23,7 @@ from common import tests_module
 KINDS = ("actor_kill", "node_kill", "driver_kill", "consolidation_kill", "store_outage")
 #: what each kind does, for the report
 WHAT = {
-    "actor_kill": "an actor process SIGKILLed mid-job",
+    "actor_kill": "an actor process SIGKILLed in the middle of a shard",
     "node_kill": "a worker node lost (all its processes SIGKILLed), restarted later",
     "driver_kill": "the driver SIGKILLed, then the job resumed by a new driver",
     "consolidation_kill": "the driver dies at a random step of a statistics consolidation",
