@@ -45,9 +45,10 @@ from chaos_verdict import verdict, work_redone
 from common import HEADING, publish, source_state, tests_module, wikitext_path
 
 #: schedule name → (faults of each kind, documents (two per shard), seconds between faults
-#: (uniform), seconds each shard sleeps)
-SCHEDULES = {
-    "short": (1, 120, (4.0, 7.0), 0.5),
+#: (uniform; None: at random moments between 25 and 75 % of the clean run's time, so that
+#: every fault lands while the job runs, on a fast machine too), seconds each shard sleeps)
+SCHEDULES: dict[str, tuple[int, int, tuple[float, float] | None, float]] = {
+    "short": (1, 120, None, 0.5),
     "full": (20, 2400, (5.0, 11.0), 1.0),
 }
 
@@ -179,7 +180,8 @@ def main() -> None:
             sys.exit(f"the clean run did not complete at once: {done.failures}")
         res["clean_s"] = phases["clean run"] = done.seconds
         chaos = job(model, text, roots["chaos"], cluster.address, work / "chaos", slow, s3)
-        faults = schedule(args.seed, per_kind, gap, start=gap[0])
+        window = (0.25 * done.seconds, 0.75 * done.seconds)
+        faults = schedule(args.seed, per_kind, gap, start=gap[0] if gap else 0, within=window)
         sup = Supervisor(chaos, cluster, store, faults, args.seed, max_failures=40)
         t0 = time.time()
         out = sup.run(args.timeout or 20 * done.seconds + 600)

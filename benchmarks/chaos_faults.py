@@ -23,7 +23,7 @@ from common import tests_module
 KINDS = ("actor_kill", "node_kill", "driver_kill", "consolidation_kill", "store_outage")
 #: what each kind does, for the report
 WHAT = {
-    "actor_kill": "an actor process SIGKILLed mid-job",
+    "actor_kill": "an actor process SIGKILLed in the middle of a shard",
     "node_kill": "a worker node lost (all its processes SIGKILLed), restarted later",
     "driver_kill": "the driver SIGKILLed, then the job resumed by a new driver",
     "consolidation_kill": "the driver dies at a random step of a statistics consolidation",
@@ -98,16 +98,19 @@ class Cluster:
             and "raylet" in node.processes().values()
         ]
 
-    def actor_pids(self) -> list[int]:
-        """The shard actors' processes (``ray::RayShardWorker``) on every live node."""
+    def actor_pids(self, busy: bool = False) -> list[int]:
+        """The shard actors' processes (``ray::RayShardWorker``) on every live node; with
+        ``busy``, those in a shard now (Ray titles such a process ``…RayShardWorker.process``)."""
+        mark = "RayShardWorker.process" if busy else "RayShardWorker"
         pids = []
         for node in self.c.nodes:
             if node.process.poll() is None:
-                pids += [p for p in node.processes() if "RayShardWorker" in _cmdline(p)]
+                pids += [p for p in node.processes() if mark in _cmdline(p)]
         return sorted(pids)
 
     def kill_actor(self, rng: random.Random) -> str | None:
-        pids = self.actor_pids()
+        """SIGKILL an actor in the middle of a shard (None: none is in one now)."""
+        pids = self.actor_pids(busy=True)
         if not pids:
             return None
         pid = rng.choice(pids)
@@ -145,22 +148,30 @@ class Fault:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def schedule(seed: int, per_kind: int, gap: tuple[float, float], start: float) -> list[Fault]:
+def schedule(
+    seed: int,
+    per_kind: int,
+    gap: tuple[float, float] | None,
+    start: float,
+    within: tuple[float, float] = (0.0, 0.0),
+) -> list[Fault]:
     """``per_kind`` faults of every kind in a seeded random order, ``gap`` seconds apart
-    (uniform), the first ``start`` seconds into the job; each with its own random
-    parameter: the down time of a node or the store (1–6 s), the consolidation step at which
-    the driver dies (1–12: among the statistics files, at the record, or after it among the
-    deletions)."""
+    (uniform) from ``start`` seconds into the job, or (``gap`` None) at uniform random
+    moments ``within`` these seconds of it; each with its own random parameter: the down
+    time of a node or the store (1–6 s), the consolidation step at which the driver dies
+    (1–12: among the statistics files, at the record, or after it among the deletions)."""
     rng = random.Random(seed)
     kinds = [k for k in KINDS for _ in range(per_kind)]
     rng.shuffle(kinds)
+    times = sorted(rng.uniform(*within) for _ in kinds) if gap is None else None
     out, t = [], start
-    for kind in kinds:
+    for k, kind in enumerate(kinds):
         param = {
             "node_kill": rng.uniform(1.0, 6.0),
             "store_outage": rng.uniform(1.0, 6.0),
             "consolidation_kill": float(rng.randint(1, 12)),
         }.get(kind, 0.0)
-        out.append(Fault(kind, round(t, 2), round(param, 2)))
-        t += rng.uniform(*gap)
+        out.append(Fault(kind, round(t if times is None else times[k], 2), round(param, 2)))
+        if gap is not None:
+            t += rng.uniform(*gap)
     return out
