@@ -159,13 +159,23 @@ def _vocabulary() -> Any:
     return Vocabulary
 
 
+def _measure_set(groups: tuple[str, ...]) -> Any:
+    """``measure_set`` of the code on ``sys.path``: the registry's, or a baseline revision's
+    (mixing/measures before the registry)."""
+    try:
+        from mixscope.registry import measure_set
+    except ModuleNotFoundError:  # a baseline revision
+        from mixscope.mixing.measures import measure_set  # type: ignore[no-redef]
+    return measure_set(groups)
+
+
 def run_new(root: str, mode: str, vocab: Any, seqs: list, measures: list, chunk: int) -> dict:
     """One shard through ShardAccumulator (synchronous): wall and CPU seconds, of which finish,
     bytes."""
     from mixscope.config import OutputSpec
-    from mixscope.registry import measure_set
     from mixscope.store.layout import Layout
 
+    measure_set = _measure_set
     ShardAccumulator = _shard_results()
     detail, rate, precision = {**MODES, **GROUP_MODES}[mode]
     layout = Layout.open(root)
@@ -228,9 +238,9 @@ def breakdown(root: str, tok: Any, seqs: list, measures: list, chunk: int, mode:
     import pstats
 
     from mixscope.config import OutputSpec
-    from mixscope.registry import measure_set
     from mixscope.store.layout import Layout
 
+    measure_set = _measure_set
     ShardAccumulator, Vocabulary = _shard_results(), _vocabulary()
     detail, rate, precision = MODES[mode]
     out = OutputSpec(detail=detail, sample_rate=rate, precision=precision)
@@ -270,9 +280,7 @@ def serve(args: argparse.Namespace) -> int:
     tok = offline_tokenizer()
     seqs, measures = synthetic_shard(np.random.default_rng(0), 0, args.shard_seqs)
     try:  # the current code: the same shard with every group's columns
-        from mixscope.registry import measure_set
-
-        width = len(measure_set(ALL_GROUPS).columns)
+        width = len(_measure_set(ALL_GROUPS).columns)
         _, wide = synthetic_shard(np.random.default_rng(0), 0, args.shard_seqs, width)
     except ImportError:  # a baseline from before measure groups
         wide = []

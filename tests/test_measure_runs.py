@@ -315,7 +315,7 @@ def test_all_records_what_it_skipped(tiny, tmp_path):
     corpus.write_text("one line\nanother line\n", encoding="utf-8")
     spec = _spec(str(tmp_path / "gpt2"), corpus, tmp_path / "out", ["all"])
     record = prepare(spec, write=False).record
-    assert record.measures["groups"] == ["paper", "sink", "ff"]  # ff: pre-LN too
+    assert record.measures["groups"] == ["paper", "sink", "ff", "distance"]  # ff: pre-LN too
     assert "post-LN" in record.measures["skipped"]["globenc"]
     with pytest.raises(MixscopeError, match="'globenc' does not apply"):
         prepare(_spec(str(tmp_path / "gpt2"), corpus, tmp_path / "out", ["globenc"]), write=False)

@@ -22,7 +22,7 @@ from mixscope.sql.named import run_query
 from mixscope.sql.views import connect
 from run_helpers import DEMO
 
-GROUPS = ("paper", "sink", "ff")  # every group that applies to a pre-LN decoder
+GROUPS = ("paper", "sink", "ff", "distance")  # every group that applies to a pre-LN decoder
 SCOPES = {
     "gemma3": {
         "attn_branch": "post_attention_layernorm",

@@ -49,7 +49,7 @@ def test_the_three_commands_run_as_written(tmp_path):
         assert not re.search(r"^(Error|Traceback)", out.stderr, re.M), out.stderr
     (record,) = [json.loads(p.read_text()) for p in tmp_path.glob("results/mine/**/run.json")]
     assert record["name"] == "mine" and record["status"] == "complete"
-    assert record["measures"]["groups"] == ["paper", "globenc", "sink", "ff"]
+    assert record["measures"]["groups"] == ["paper", "globenc", "sink", "ff", "distance"]
     assert (tmp_path / "mine.html").stat().st_size > 10_000
 
 
