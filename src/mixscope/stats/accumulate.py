@@ -30,9 +30,9 @@ import torch
 
 from mixscope.registry import MeasureSet
 from mixscope.stats.arrow_tables import kind_table, measure_columns
-from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins
+from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins, merged_counts
 from mixscope.stats.keys import ID_BITS, grouped, key_order, token_keys
-from mixscope.stats.moments import MOMENTS, N_CAT, TokenMoments, sequence_moments
+from mixscope.stats.moments import MOMENTS, N_CAT, TokenMoments, add_extremes, sequence_moments
 from mixscope.stats.singletons import restore
 from mixscope.stats.token_block import TokenBlock, Vocabulary
 from mixscope.store.schema import (
@@ -186,17 +186,12 @@ class ShardStatistics:
             out["n"].index_add_(0, ids, p["n"])
             out["sum"].index_add_(0, ids, p["sum"])
             out["sumsq"].index_add_(0, ids, p["sumsq"])
-            flat = ids[:, None].expand(len(ids), p["min"][0].numel())
-            out["min"].view(K, -1).scatter_reduce_(0, flat, p["min"].reshape(len(ids), -1), "amin")
-            out["max"].view(K, -1).scatter_reduce_(0, flat, p["max"].reshape(len(ids), -1), "amax")
+            add_extremes(out["min"], out["max"], ids, p["min"], p["max"])
             renumbered = (ids[p["events"] >> cell_bits] << cell_bits) | (
                 p["events"] & ((1 << cell_bits) - 1)
             )
             all_events.append((renumbered, p["counts"]))
-        uniq, where = torch.unique(torch.cat([e for e, _ in all_events]), return_inverse=True)
-        out["events"] = uniq
-        out["counts"] = torch.zeros(len(uniq), dtype=torch.int64)
-        out["counts"].index_add_(0, where, torch.cat([c for _, c in all_events]))
+        out["events"], out["counts"] = merged_counts(all_events)
         return out
 
     def tables(self) -> dict[str, pa.Table]:

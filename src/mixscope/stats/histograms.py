@@ -100,6 +100,21 @@ BIN_BITS = HIST_BINS.bit_length() - 1
 assert 1 << BIN_BITS == HIST_BINS, "HIST_BINS must be a power of two"
 
 
+def merged_counts(
+    parts: list[tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(events, counts) parts → each event once (sorted) with the sum of its counts."""
+    if not parts:
+        empty = torch.empty(0, dtype=torch.int64)
+        return empty, empty
+    if len(parts) == 1:
+        return parts[0]
+    uniq, inverse = torch.unique(torch.cat([e for e, _ in parts]), return_inverse=True)
+    counts = torch.zeros(len(uniq), dtype=torch.int64, device=uniq.device)
+    counts.index_add_(0, inverse, torch.cat([c for _, c in parts]))
+    return uniq, counts
+
+
 class TokenHistogram:
     """Per (token id, original id, category, measure): occurrences by bin of the
     occurrence's layer-averaged value. Events are numbered by the key ids of
@@ -131,16 +146,7 @@ class TokenHistogram:
 
     def counted(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(events, their counts) of every part, each event once (sorted)."""
-        if not self._parts:
-            empty = torch.empty(0, dtype=torch.int64)
-            return empty, empty
-        if len(self._parts) == 1:
-            return self._parts[0]
-        events = torch.cat([e for e, _ in self._parts])
-        uniq, inverse = torch.unique(events, return_inverse=True)
-        counts = torch.zeros(len(uniq), dtype=torch.int64, device=uniq.device)
-        counts.index_add_(0, inverse, torch.cat([c for _, c in self._parts]))
-        return uniq, counts
+        return merged_counts(self._parts)
 
     def table(self, token_keys: np.ndarray, events: np.ndarray, counts: np.ndarray) -> pa.Table:
         """Rows sorted by (token id, original id, category, measure, bin); ``token_keys``

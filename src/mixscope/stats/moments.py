@@ -92,13 +92,9 @@ class TokenMoments:
         self.reserve(len(self.index), values.shape[2], limit)
         self.n.index_add_(0, ids, counts)  # ids unique: no lost updates
         token_ids = ids[inverse]  # [tokens]
-        T = len(token_ids)
         self.sum.index_add_(0, token_ids, v64)
         self.sumsq.index_add_(0, token_ids, v64 * v64)  # exact: a float32's square fits
-        flat = token_ids[:, None].expand(T, values[0].numel())  # [tokens, measures · layers]
-        cells = values.reshape(T, -1)
-        self.min.view(self.capacity, -1).scatter_reduce_(0, flat, cells, "amin")
-        self.max.view(self.capacity, -1).scatter_reduce_(0, flat, cells, "amax")
+        add_extremes(self.min, self.max, token_ids, values, values)
         return token_ids
 
     def held(self) -> dict[str, torch.Tensor]:
@@ -107,6 +103,20 @@ class TokenMoments:
         out = {"key": self.index.keys, "n": self.n[:k]}
         out.update({m: getattr(self, m)[:k] for m in MOMENTS})
         return out
+
+
+def add_extremes(
+    low: torch.Tensor,  # [ids, measures, layers]: min so far
+    high: torch.Tensor,  # [ids, measures, layers]: max so far
+    ids: torch.Tensor,  # [rows] the id each row goes to
+    lows: torch.Tensor,  # [rows, measures, layers]: folded into ``low``
+    highs: torch.Tensor,  # [rows, measures, layers]: folded into ``high``
+) -> None:
+    """Fold rows into the extremes of their ids, in place: a block's tokens (their values
+    both ways), or a part's keys (its minima and maxima) when the parts are merged."""
+    flat = ids[:, None].expand(len(ids), lows[0].numel())  # [rows, measures · layers]
+    low.view(len(low), -1).scatter_reduce_(0, flat, lows.reshape(len(ids), -1), "amin")
+    high.view(len(high), -1).scatter_reduce_(0, flat, highs.reshape(len(ids), -1), "amax")
 
 
 def sequence_moments(
