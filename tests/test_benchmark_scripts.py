@@ -37,7 +37,9 @@ def test_storage_benchmark_runs(tmp_path: Path) -> None:
 
 
 def test_host_benchmark_runs(tmp_path: Path) -> None:
-    out = _quick("host.py", tmp_path)
+    """Against HEAD: the default baseline (0844ca9) needs numba, which the project no longer
+    installs."""
+    out = _quick("host.py", tmp_path, "--baseline", "HEAD")
     assert "| `none` |" in out and "tokens/s per core" in out
 
 
