@@ -42,6 +42,7 @@ E2E_MODULES = {
 SLOW_MODULES = {
     "test_benchmark_scripts",  # each benchmark's --quick run
     "test_elastic",  # a cluster that grows and shrinks under a slow job
+    "test_packaging",  # builds the wheel (pip fetches the build backend)
 }
 GPU_MODULES = {"test_gpu"}
 #: the chaos run's short schedule (e2e too: it lives in tests/reliability/)

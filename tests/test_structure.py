@@ -30,7 +30,7 @@ from mixscope.store.schema import STORED_MEASURES
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "mixscope"
 MODULES = sorted(SRC.rglob("*.py"))
-QUERIES = sorted((SRC / "queries").glob("*.sql"))
+QUERIES = sorted((SRC.parents[1] / "queries").glob("*.sql"))  # the top-level folder
 MAX_LINES = 400
 #: the only modules that may import ray (runtime/executor.py is the contract they implement;
 #: runtime/auth.py re-reads Ray's settings before a driver attaches)
@@ -43,6 +43,9 @@ RAY_MODULES = {
 
 
 def _rel(path: Path) -> str:
+    """A module's path in the package; a query's in the repository (``queries/x.sql``)."""
+    if path.suffix == ".sql":
+        return path.relative_to(SRC.parents[1]).as_posix()
     return path.relative_to(SRC).as_posix()
 
 
@@ -136,7 +139,6 @@ RANKS: dict[str, int] = {
     "errors": 0,
     "_version": 0,
     "format": 0,
-    "queries": 0,  # the named queries' SQL files (data)
     "frames": 1,
     "registry": 1,  # the measure groups' metadata (torch-free): every layer above reads it
     "choices": 2,  # the spec fields' closed sets (the group names: the registry's)

@@ -24,9 +24,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from importlib.resources import files
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mixscope.errors import MixscopeError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 REQUIRED = object()
 
@@ -167,10 +171,20 @@ def parse(text: str) -> NamedQuery:
     )
 
 
+def query_folder() -> Traversable:
+    """Where the shipped queries are: ``mixscope/queries`` in an installed wheel (the build
+    copies the repository's top-level ``queries/`` there), else that folder itself, beside
+    ``src/`` (a source checkout: an editable install or ``PYTHONPATH=src``)."""
+    packaged = files("mixscope") / "queries"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[3] / "queries"
+
+
 def all_queries() -> dict[str, NamedQuery]:
-    """Every query shipped in ``mixscope/queries`` (the repository's ``queries/``)."""
+    """Every query shipped with mixscope (the repository's ``queries/``)."""
     out = {}
-    for entry in sorted(files("mixscope.queries").iterdir(), key=lambda e: e.name):
+    for entry in sorted(query_folder().iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
             q = parse(entry.read_text(encoding="utf-8"))
             out[q.name] = q
