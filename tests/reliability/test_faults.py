@@ -42,6 +42,49 @@ def test_actor_killed_mid_shard_is_retried(
 
 
 @pytest.mark.scenario(
+    "SIGKILL of a Ray actor holding two shards",
+    injected="one actor, 2 shards in flight: it dies (os._exit) in shard 1's model work "
+    "while shard 0's finish (slowed) still writes its files",
+    checked="shards 0 and 1 both rerun on a fresh actor (commit attempt 2), the rest once; "
+    "one actor death counted; results equal a clean run",
+)
+def test_actor_killed_with_two_shards_in_flight(
+    ray_local, tiny_bert_dir, tmp_path, clean_run, monkeypatch
+):
+    trace = tmp_path / "trace"
+    faults = {
+        "kill": {"shard": 1, "once": str(tmp_path / "m")},
+        "slow_finish": {"seconds": 1.5},  # shard 0 still in its finish when 1 is killed
+        "trace": {"dir": str(trace)},
+    }
+    monkeypatch.setenv("MIXSCOPE_FAULTS", json.dumps(faults))
+    spec = job_spec(
+        tiny_bert_dir,
+        tmp_path / "out",
+        **{
+            "runtime.workers": 1,
+            "runtime.shard_order": "plan",  # shard 0, then 1 (turns 0, 1) on the actor
+            "runtime.shards_in_flight": 2,
+        },
+    )
+    summary = run_job(spec, show_progress=False)
+    assert (tmp_path / "m").exists()  # the fault fired
+    assert summary.status == "complete" and summary.shards_done == summary.shards_total
+    assert content_hash(str(tmp_path / "out")) == clean_run[2]
+    run_dir = tmp_path / "out" / "_mixscope" / "runs" / summary.run_id
+    attempts = {
+        int(f.stem): json.loads(f.read_text())["attempt"]
+        for f in (run_dir / "commits").glob("*.json")
+    }
+    assert attempts == {i: 2 if i in (0, 1) else 1 for i in range(summary.shards_total)}
+    started = sorted(int(f.name.split("-")[1]) for f in trace.iterdir())
+    assert started == sorted([0, 0, 1, 1, *range(2, summary.shards_total)])
+    pool = json.loads((run_dir / "actors.json").read_text())
+    assert sum(n["actor_deaths"] for n in pool["nodes"]) == 1
+    assert sorted(a["state"] for a in pool["actors"]) == ["dead", "released"]
+
+
+@pytest.mark.scenario(
     "A shard that always fails",
     injected="shard 1 raises on every attempt; later the cause is removed",
     checked="shard 1 failed with its reason after 2 attempts, the other 7 committed, "

@@ -150,6 +150,13 @@ class RuntimeSpec:
     cpus_per_worker: float = setting(1.0, "CPUs per actor.")
     device: str = setting("auto", "cpu, cuda, cuda:1, … or auto.")
     max_retries: int = setting(2, "Attempts per shard after the first.")
+    # runtime/ray_executor.py, runtime/worker.py: 2 keeps the device busy while the
+    # previous shard's files are written; more would only queue (and die) with the actor
+    shards_in_flight: int = setting(
+        2,
+        "Shards an actor holds at once (1 or 2): with 2 the next shard runs on the model "
+        "while the last one's statistics and files are written; 1 runs them one by one.",
+    )
     verify: bool = setting(False, "Check the exactness identity on every block.")
     executor: str = setting(
         "ray", "ray, or local (in-process, no Ray; for debugging).", choices=EXECUTOR_NAMES

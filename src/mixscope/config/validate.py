@@ -87,6 +87,7 @@ def validate(spec: JobSpec) -> None:
         (r.gpus_per_worker >= 0, "runtime.gpus_per_worker: not negative"),
         (r.cpus_per_worker > 0, "runtime.cpus_per_worker: positive"),
         (r.max_retries >= 0, "runtime.max_retries: not negative"),
+        (r.shards_in_flight in (1, 2), "runtime.shards_in_flight: 1 or 2"),
         (0 < spec.output.sample_rate <= 1, "output.sample_rate: in (0, 1]"),
         (bool(spec.out), "out: required (a directory or object-store URI)"),
         (spec.checkpoints.quiet_seconds >= 0, "checkpoints.quiet_seconds: not negative"),

@@ -32,12 +32,22 @@ with its attempt count unchanged, and a ready actor left without work takes the
 reservation of one still loading (``next_shard``), so a slow start never holds a shard
 back from an idle actor. ``OVERLAP_FIRST_SHARD = False`` is the start-up before this
 (no reservation: a benchmark knob, ``benchmarks/startup.py``).
+
+**Shards in flight.** An actor holds up to ``runtime.shards_in_flight`` shards (``Actor.
+in_flight``; the executor fills every actor to one before any to two, ``open``), so its
+model starts the next shard while the last one's files are written (``worker.py``). Its
+state is busy while it holds any. One death is one death: every shard it held comes back
+as an error of its own, but only the first that finds the actor live charges its node
+(``died``); a result that arrives from an actor already dead (its ``finish`` ended just
+before the kill) counts as that shard's success, not the node's. Busy seconds count the
+time an actor held at least one shard, once however many it held.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -64,9 +74,10 @@ class Actor:
     ready_at: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
     state: str = "starting"  # starting | idle | busy | released | dead
-    shard: int | None = None
+    in_flight: dict[int, float] = field(default_factory=dict)  # shard id → when handed out
     first_shard: Item | None = None  # reserved at creation, prefetched while the model loads
-    shard_started: float | None = None
+    handed: int = 0  # shards handed out so far: the next one's turn (worker.py)
+    busy_since: float | None = None  # from when busy time is not yet in busy_seconds
     last_end: float | None = None  # when its last shard ended
     shards: int = 0
     tokens: int = 0
@@ -91,9 +102,14 @@ class Actor:
         }
 
     def _shard_text(self) -> str | int:
-        if self.shard is not None:
-            return self.shard
+        if len(self.in_flight) == 1:
+            return next(iter(self.in_flight))
+        if self.in_flight:
+            return ", ".join(map(str, self.in_flight))
         return "" if self.first_shard is None else f"{self.first_shard[0].shard_id} (reserved)"
+
+    def alive(self) -> bool:
+        return self.state in ("starting", "idle", "busy")
 
 
 class ActorPool:
@@ -186,7 +202,8 @@ class ActorPool:
         self.starting[handle.startup.remote()] = actor
 
     def _drop(self, actor: Actor, state: str, error: str = "") -> None:
-        actor.state, actor.error, actor.shard = state, error, None
+        # what it holds comes back as errors of its own (the executor's refs): kept till then
+        actor.state, actor.error = state, error
         if actor.first_shard is not None:  # not an attempt: back to the head, attempt unchanged
             self.queue.appendleft(actor.first_shard)
             actor.first_shard = None
@@ -222,41 +239,86 @@ class ActorPool:
         """Shards reserved by actors not yet given them (neither queued nor in flight)."""
         return sum(1 for a in self.live() if a.first_shard is not None)
 
+    def open(self, depth: int) -> Iterator[Actor]:
+        """Ready actors with room, fewest shards held first: every one that holds none, then
+        every one that holds one, … below ``depth`` (``runtime.shards_in_flight``); an
+        actor handed a shard meanwhile is offered again at the next level."""
+        for level in range(depth):
+            for a in [a for a in self.actors if len(a.in_flight) == level]:
+                if a.state in ("idle", "busy"):  # not released or dead since the list
+                    yield a
+
     def next_shard(self, actor: Actor) -> Item | None:
-        """The shard for this ready actor: its reservation, else the queue's head, else the
-        reservation of an actor still starting (prefetched there in vain, but no shard
-        waits on a model load while an actor is idle)."""
+        """The shard for this ready actor: its reservation, else the queue's head, else (for
+        an idle actor) the reservation of an actor still starting (prefetched there in
+        vain, but no shard waits on a model load while an actor is idle; a busy actor
+        has work: it takes no reservation)."""
         if actor.first_shard is not None:
             item, actor.first_shard = actor.first_shard, None
             return item
         if self.queue:
             return self.queue.popleft()
+        if actor.in_flight:
+            return None
         for other in self.starting.values():
             if other.first_shard is not None:
                 item, other.first_shard = other.first_shard, None
                 return item
         return None
 
-    def died(self, actor: Actor, why: str) -> None:
-        """An actor's task ended in its death: charge its node, forget the actor."""
-        self._drop(actor, "dead", why)
-        self.health.failed(actor.node, why)
-
-    def finished(self, actor: Actor, tokens: int) -> None:
+    def handed(self, actor: Actor, shard_id: int) -> int:
+        """``shard_id`` goes to ``actor``: it is busy; the shard's turn on it (worker.py)."""
         now = time.time()
-        actor.busy_seconds += now - (actor.shard_started or now)
+        if not actor.in_flight:
+            actor.busy_since = now
+        actor.in_flight[shard_id] = now
+        actor.state = "busy"
+        turn, actor.handed = actor.handed, actor.handed + 1
+        return turn
+
+    def _ended(self, actor: Actor, shard_id: int) -> None:
+        """A shard the actor held came back (done, raised or lost with it)."""
+        now = time.time()
+        actor.in_flight.pop(shard_id, None)
+        if actor.busy_since is not None:  # busy time counted once, however many it held
+            actor.busy_seconds += now - actor.busy_since
+            actor.busy_since = now if actor.in_flight else None
+        actor.last_end = now
+        if actor.state == "busy" and not actor.in_flight:
+            actor.state = "idle"
+
+    def died(self, actor: Actor, shard_id: int, why: str) -> None:
+        """A task of the actor ended in its death: the first such news charges its node
+        and forgets the actor; the other shards it held only come back (one death)."""
+        self._ended(actor, shard_id)
+        if actor.alive():
+            self._drop(actor, "dead", why)
+            self.health.failed(actor.node, why)
+
+    def raised(self, actor: Actor, shard_id: int) -> None:
+        """A shard raised on a live actor (its input's fault, not the node's)."""
+        self._ended(actor, shard_id)
+
+    def finished(self, actor: Actor, shard_id: int, tokens: int) -> None:
+        self._ended(actor, shard_id)
         actor.tokens += tokens
         actor.shards += 1
-        actor.state, actor.shard, actor.last_end = "idle", None, now
-        self.first_done = self.first_done or now
-        self.health.succeeded(actor.node)
+        self.first_done = self.first_done or time.time()
+        if actor.alive():  # not a success of a node whose actor died after this result
+            self.health.succeeded(actor.node)
 
     def usable(self, actor: Actor) -> bool:
-        """May this idle actor get a shard? Not on a node that was given up (it is released)."""
+        """May this ready actor get a shard? Not on a node that was given up (released if
+        it holds none; else it finishes what it holds)."""
         if actor.node in self.health.lost:
-            self._drop(actor, "released", "node given up")
+            if not actor.in_flight:
+                self._drop(actor, "released", "node given up")
             return False
         return True
+
+    def busy(self) -> int:
+        """Actors that hold at least one shard."""
+        return sum(1 for a in self.actors if a.state == "busy")
 
     # -- size and demand --------------------------------------------------------------
     def reconcile(self, want: int, queue_empty: bool, force: bool = False) -> None:
@@ -280,7 +342,7 @@ class ActorPool:
         self._demand(want if have < want else 0)
         if queue_empty:  # the tail: idle actors give their node back, but for min_workers
             # and one spare while shards run (a shard whose node dies is retried at once)
-            busy = len([a for a in self.live() if a.state == "busy"])
+            busy = self.busy()
             extra = len(self.live()) - max(self.min_workers, busy + 1 if busy else 0)
             for a in self.idle():
                 if extra <= 0:

@@ -9,6 +9,9 @@
   retry storm); a marker file per shard in ``dir`` remembers which have failed.
 - ``{"slow": {"seconds": 1.0}}``: every shard takes at least this long (a sleep; results
   unchanged), so a test can change the cluster while a job runs.
+- ``{"slow_finish": {"seconds": 1.0}}``: every shard's ``finish`` (its files written, after
+  the model is done with it) takes at least this long, so a test sees the next shard's
+  model work overlap it.
 - ``{"slow_load": {"seconds": 1.0}}``: a worker's model load takes at least this long (a
   sleep before the weights load: a slow disk or hub), so a test sees what overlaps it.
 - ``{"crash_before_commit": {"shard": 0, "once": "/tmp/m"}}``: the driver dies after the
@@ -110,6 +113,14 @@ def maybe_slow() -> None:
     raw = os.environ.get(ENV)
     slow = json.loads(raw).get("slow") if raw else None
     if slow:
+        import time
+
+        time.sleep(float(slow.get("seconds", 1.0)))
+
+
+def maybe_slow_finish() -> None:
+    slow = _spec("slow_finish")
+    if isinstance(slow, dict):
         import time
 
         time.sleep(float(slow.get("seconds", 1.0)))

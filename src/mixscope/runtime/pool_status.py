@@ -1,6 +1,6 @@
 """What the actor pool is doing, for ``mixscope status --actors``: ``runs/<run>/actors.json``.
 
-Per actor: its node, state (starting, idle, busy, released, dead), the shard it works on,
+Per actor: its node, state (starting, idle, busy, released, dead), the shards it holds,
 shards and tokens done, tokens/s over its busy time, its start-up and model-load seconds
 (a starting actor shows the shard reserved for it, ``actor_pool.py``).
 Per node: alive or lost (and why), its actors. Per job: how long Ray took to start, when

@@ -46,8 +46,10 @@ class RayShardWorker:
     def info(self) -> dict[str, Any]:
         return self.worker.info()
 
-    def process(self, shard: Shard) -> ShardResult:
-        return self.worker.process(shard)
+    def process(self, shard: Shard, turn: int | None = None) -> ShardResult:
+        # two calls at once where the executor made this a threaded actor
+        # (runtime.shards_in_flight): the worker serialises their device phases
+        return self.worker.process(shard, turn)
 
     def close(self) -> None:
         self.worker.close()

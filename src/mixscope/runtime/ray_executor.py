@@ -11,7 +11,10 @@ out largest first (``scheduling.py``); each actor is created with its first shar
 it reads and tokenizes while its model loads (``actor_pool.py`` says why this way). A
 shard whose actor dies — its process or its whole node — is retried on a survivor; a
 shard that raises is retried; both as the ``RetryPolicy`` allows
-(``runtime.max_retries``), then reported failed while the rest goes on. Nothing is
+(``runtime.max_retries``), then reported failed while the rest goes on. Each actor holds up
+to ``runtime.shards_in_flight`` shards (a threaded actor: its model runs the next shard
+while the last one's files are written, ``worker.py``); an actor that dies holding two
+has both retried and is one death (``actor_pool.py``). Nothing is
 committed here (the driver commits, once per shard). A node whose actors keep dying is
 backed off, then given up and reported (``node_health.py``).
 What each actor and node does is written to ``runs/<run>/actors.json``
@@ -203,6 +206,11 @@ class RayExecutor:
             "max_restarts": 0,
             "max_task_retries": 0,
         }  # no runtime_env: the env goes as an argument (ray_actor.py says why)
+        # shards per actor at once: with 2 a threaded actor runs the next shard's model
+        # work beside the last one's finish (worker.py); 1 is a plain actor, as before
+        self.depth = r.shards_in_flight
+        if self.depth > 1:
+            self.actor_options["max_concurrency"] = self.depth
         self.health = NodeHealth(r.node_max_failures, r.node_backoff_seconds)
         self.pool: ActorPool | None = None
 
@@ -229,22 +237,20 @@ class RayExecutor:
             status.write(force=True)
             without_actors = None  # since when no actor lives or starts
             while queue or in_flight or pool.reserved():
-                for actor in pool.idle():
+                for actor in pool.open(self.depth):  # up to `depth` shards per actor
                     if not queue and not pool.reserved():
                         break
                     if not pool.usable(actor):
                         continue
                     item = pool.next_shard(actor)
                     if item is None:
-                        break
+                        continue  # a busy actor takes no reservation; an idle one may
                     shard, attempt = item
-                    actor.state, actor.shard, actor.shard_started = (
-                        "busy",
-                        shard.shard_id,
-                        time.time(),
-                    )
-                    in_flight[actor.handle.process.remote(shard)] = (actor, shard, attempt)
-                pool.reconcile(len(in_flight) + len(queue), queue_empty=not queue)
+                    turn = pool.handed(actor, shard.shard_id)
+                    ref = actor.handle.process.remote(shard, turn)
+                    in_flight[ref] = (actor, shard, attempt)
+                # an actor per shard that could run now: those busy, and one per queued
+                pool.reconcile(pool.busy() + len(queue), queue_empty=not queue)
                 refs = list(in_flight) + list(pool.starting)
                 if not refs:
                     without_actors = without_actors or time.time()
@@ -311,14 +317,16 @@ class RayExecutor:
             result = ray.get(ref)
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
             if isinstance(exc, ray.exceptions.RayActorError):
-                pool.died(actor, _error_text(exc))  # replaced by reconcile where room is
+                # one death, however many shards it held (actor_pool.py); replaced by
+                # reconcile where room is
+                pool.died(actor, shard.shard_id, _error_text(exc))
             else:
-                actor.state, actor.shard = "idle", None
+                pool.raised(actor, shard.shard_id)
             if self.policy.retries(attempt):
                 queue.append((shard, attempt + 1))
             yield self.policy.failure(shard.shard_id, attempt, _error_text(exc))
             return
-        pool.finished(actor, result.tokens)
+        pool.finished(actor, shard.shard_id, result.tokens)
         yield ShardEvent("done", shard.shard_id, attempt, result=result)
 
     def _bundle_text(self) -> str:

@@ -34,6 +34,10 @@ class ShardResult:
     #: CPU seconds of the shard's result path on the worker's host (statistics, detail,
     #: files): not committed, read by benchmarks/actor.py
     result_cpu_seconds: float = 0.0
+    #: when (``time.time()`` on the worker) its device phase and its ``finish`` began and
+    #: ended (``device_start``, ``device_end``, ``finish_start``, ``finish_end``): not
+    #: committed; shows the overlap of shards on one worker (tests, benchmarks)
+    phases: Mapping[str, float] = field(default_factory=dict)
 
     @staticmethod
     def entries(files: Mapping[str, Mapping[str, Any]]) -> dict[str, FileEntry]:

@@ -15,14 +15,32 @@ its failure is the actor's init failure — a model that cannot load fails the j
 An error reading that first shard stays the shard's: it is kept in its future and raised
 by ``process``, where it was raised before. ``first_shard`` is a hint: a worker handed another
 shard first drops what it prefetched. Start-up events are kept in ``timeline``.
+
+**Two shards at once.** ``process`` has two phases: the *device phase* (read, tokenize, run
+the model chunk by chunk while the result thread accumulates one chunk behind) and
+``finish`` (the statistics copied to the host, their tables built, the files written:
+host work of O(keys), far longer than a GPU's forward of the shard). The device phase is
+serialised (one shard on the model at a time) and ``finish`` is not, so a caller that
+runs ``process`` on two threads (the Ray actor, ``runtime.shards_in_flight: 2``) has
+shard k+1 on the model while shard k's files are written. Device phases take their
+``turn`` (the order the pool handed the shards to this worker: Ray's threaded actor does
+not promise to start calls in order), so the shard the worker was built with still goes
+first and N=1 is today's order. At most ``MAX_SHARDS`` shards' accumulators are alive at
+once (a shard takes a slot before its device phase, gives it back after ``finish``), so the
+result side's memory stays bounded whatever the caller does. Each shard's phase times are
+in ``ShardResult.phases`` (tests, benchmarks). Called from one thread (the local
+executor), ``process`` is what it was.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from mixscope.config import JobSpec
@@ -42,6 +60,12 @@ from mixscope.store.layout import Layout
 #: for a chunk, [layer, measure, seq] float32 per sequence, stay tens of MB): a whole
 #: default shard of WikiText-2 paragraphs (256 documents, ≈ 160k characters) is one chunk
 CHUNK_CHARS = 1 << 18
+#: shards whose accumulators may be alive in one worker at once: one on the model, one in
+#: ``finish`` (more would only queue behind the model and hold more host memory)
+MAX_SHARDS = 2
+#: seconds a device phase waits for an earlier turn that has not arrived (a call lost on
+#: its way): the order is an optimisation (the prefetched first shard), never correctness
+TURN_WAIT = 30.0
 
 
 class ShardWorker:
@@ -110,6 +134,11 @@ class ShardWorker:
         self.vocab = Vocabulary(self.tokenizer)
         # statistics, detail rows and Parquet encoding, one chunk behind the model
         self._host = ThreadPoolExecutor(max_workers=1, thread_name_prefix="results")
+        # two shards at once (module docstring): the model's turns and the live shards
+        self._turns = threading.Condition()
+        self._on_device = False
+        self._next_turn = 0  # the turn after the last device phase that began
+        self._slots = threading.BoundedSemaphore(MAX_SHARDS)
 
     def close(self) -> None:
         """Stop the tokenizing and result threads (an actor's process ends with it anyway)."""
@@ -184,8 +213,71 @@ class ShardWorker:
             early[1].cancel()  # another shard came first: the hint is dropped
         return self._read(shard)
 
-    def process(self, shard: Shard) -> ShardResult:
-        started = time.time()
+    @contextmanager
+    def _device_phase(self, turn: int | None) -> Iterator[None]:
+        """Hold the model: alone and, ``turn`` given, once every earlier turn has begun (at
+        most ``TURN_WAIT`` seconds for one that has not arrived); None: when it is free."""
+        deadline = time.monotonic() + TURN_WAIT
+        with self._turns:
+            while True:
+                late = turn is not None and turn > self._next_turn
+                left = deadline - time.monotonic()
+                if not self._on_device and (not late or left <= 0):
+                    break
+                self._turns.wait(timeout=left if late and left > 0 else None)
+            self._on_device = True
+            if turn is not None:
+                self._next_turn = max(self._next_turn, turn + 1)
+        try:
+            yield
+        finally:
+            with self._turns:
+                self._on_device = False
+                self._turns.notify_all()
+
+    def process(self, shard: Shard, turn: int | None = None) -> ShardResult:
+        """Analyse ``shard`` and write its files. ``turn``: its place among the shards handed
+        to this worker (0, 1, …; the Ray actor's pool numbers them), so device phases run
+        in that order when two calls overlap (module docstring); None: as it comes."""
+        phases: dict[str, float] = {}
+        with self._device_phase(turn):
+            # a slot for its accumulator, taken after the turn: a later turn never holds
+            # the slot an earlier one waits for
+            self._slots.acquire()
+            try:
+                started = phases["device_start"] = time.time()
+                docs, sequences, results = self._device(shard)
+                phases["device_end"] = time.time()
+            except BaseException:
+                self._slots.release()
+                raise
+        try:  # the model is free: the next shard's device phase runs beside this
+            faults.maybe_slow_finish()
+            phases["finish_start"] = time.time()
+            files = results.finish(docs)
+            phases["finish_end"] = time.time()
+        finally:
+            self._slots.release()
+        return ShardResult(
+            run_id=self.run_id,
+            shard_id=shard.shard_id,
+            docs=len(docs),
+            sequences=sequences,
+            tokens=int(results.tokens),
+            rows=int(results.rows),
+            detail_rows=int(results.detail_rows),
+            files=ShardResult.entries(files),
+            seconds=round(time.time() - started, 3),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            device=self.device,
+            result_cpu_seconds=round(results.cpu_seconds, 6),
+            phases=phases,
+        )
+
+    def _device(self, shard: Shard) -> tuple[list[Document], int, ShardAccumulator]:
+        """The device phase: the shard read and tokenized, its chunks through the model and
+        queued on the result thread; its documents, sequences and accumulator."""
         faults.maybe_fail(shard.shard_id)
         faults.maybe_slow()
         docs, first_chunk = self._read_first_chunk(shard)  # its sequences, tokenized
@@ -220,19 +312,4 @@ class ShardWorker:
             sequences += len(encoded)
             if k == 0:
                 faults.maybe_kill(shard.shard_id)
-        files = results.finish(docs)
-        return ShardResult(
-            run_id=self.run_id,
-            shard_id=shard.shard_id,
-            docs=len(docs),
-            sequences=sequences,
-            tokens=int(results.tokens),
-            rows=int(results.rows),
-            detail_rows=int(results.detail_rows),
-            files=ShardResult.entries(files),
-            seconds=round(time.time() - started, 3),
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            device=self.device,
-            result_cpu_seconds=round(results.cpu_seconds, 6),
-        )
+        return docs, sequences, results
