@@ -170,9 +170,9 @@ class ShardStatistics:
     def _merged(self) -> dict[str, torch.Tensor]:
         """The key-indexed state of the whole shard: keys sorted, the moments by key
         (``[measure, key, layer]``: a measure's column of the table is contiguous), the
-        token histogram's events numbered by the keys' places, not yet counted (the table
-        counts them in its own order); on the device where one part holds it all, else
-        on the host, the parts merged (the same keys added, extremes combined)."""
+        token histogram's events and ``event_keys``, the key of each id they are numbered
+        by (the table counts them in its own order); on the device where one part holds it
+        all, else on the host, the parts merged (the same keys added, extremes combined)."""
         assert self._tokens is not None
         last = dict(self._tokens.held())
         dev = last["key"].device
@@ -183,17 +183,10 @@ class ShardStatistics:
         parts = [*self._parts, last]
         if len(parts) == 1:
             keys, order = torch.sort(last["key"])
-            rank = torch.empty_like(order)
-            rank[order] = torch.arange(len(order), device=dev)  # id → place in ``keys``
-            out = {"key": keys, "n": last["n"][order]}
-            for m in MOMENTS:  # [id, measure, layer] → [measure, key, layer]
-                out[m] = last[m].index_select(0, order).transpose(0, 1).contiguous()
-            cell_bits = hist.cell_bits
-            events = last["events"]
-            out["events"] = (rank[events >> cell_bits] << cell_bits) | (
-                events & ((1 << cell_bits) - 1)
-            )
-            out["counts"] = last["counts"]
+            out = {"key": keys, "n": last["n"][order], "event_keys": last["key"]}
+            for m in MOMENTS:  # [id, measure, layer] → [measure, key, layer]: one gather
+                out[m] = last[m].transpose(0, 1).index_select(1, order)
+            out["events"], out["counts"] = last["events"], last["counts"]
             return out
         parts = [{k: v.cpu() for k, v in p.items()} for p in parts]
         keys, inverse = torch.unique(torch.cat([p["key"] for p in parts]), return_inverse=True)
@@ -220,6 +213,7 @@ class ShardStatistics:
         for m in MOMENTS:
             out[m] = out[m].transpose(0, 1).contiguous()
         out["events"], out["counts"] = torch.cat(all_events), torch.cat(all_counts)
+        out["event_keys"] = keys
         return out
 
     def tables(self) -> dict[str, pa.Table]:
@@ -235,7 +229,9 @@ class ShardStatistics:
             "token_stats": self._token_stats(keys, n, moments),
             "layer_stats": self._layer_stats(keys, n, moments),
             "sequence_stats": self._sequence_stats(),
-            "token_hist": self._token_hist.table(keys, state["events"], state["counts"]),
+            "token_hist": self._token_hist.table(
+                state["event_keys"], state["events"], state["counts"]
+            ),
             "layer_hist": self._layer_hist.table(),
         }
         ids = np.flatnonzero(freq)
