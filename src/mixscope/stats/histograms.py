@@ -167,8 +167,8 @@ class TokenHistogram:
         if not self._parts:
             empty = torch.empty(0, dtype=torch.int64)
             return empty, empty
-        ones = lambda n: torch.ones(1, dtype=torch.int64, device=dev).expand(n)  # noqa: E731
         dev = self._parts[0][0].device
+        ones = lambda n: torch.ones(1, dtype=torch.int64, device=dev).expand(n)  # noqa: E731
         events = torch.cat([e for e, _ in self._parts])
         if all(c is None for _, c in self._parts):
             return events, ones(len(events))  # a view: no memory
