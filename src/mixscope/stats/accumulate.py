@@ -30,7 +30,7 @@ import torch
 
 from mixscope.registry import MeasureSet
 from mixscope.stats.arrow_tables import kind_table, measure_columns
-from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins, merged_counts
+from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins
 from mixscope.stats.keys import ID_BITS, grouped, key_order, token_keys
 from mixscope.stats.moments import MOMENTS, N_CAT, TokenMoments, add_extremes, sequence_moments
 from mixscope.stats.singletons import restore
@@ -48,7 +48,6 @@ __all__ = ["DEVICE_BUDGET", "ShardStatistics", "bins", "merge", "statistics"]
 
 #: how a value merges: its operation's ufunc (``reduceat`` within a table, elementwise across)
 UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
-_MOMENTS = {"n": "sum", "sum": "sum", "sumsq": "sum", "min": "min", "max": "max"}
 #: device bytes a shard's accumulators may hold (a 32-layer model, every group, any
 #: vocabulary and shard size: ``tests/test_stats_device.py``)
 DEVICE_BUDGET = 1 << 30
@@ -108,8 +107,8 @@ class ShardStatistics:
         self._layer_hist.add(values, category)
         vocab = max(len(self._freq) if self._freq is not None else 0, block.original_id.max() + 1)
         uniq, inverse, counts = torch.unique(keys, return_inverse=True, return_counts=True)
-        limit = self._room(uniq, len(keys), int(vocab))
-        ids = self._tokens.add(uniq, inverse, counts, values, v64, limit)
+        limit, found = self._room(uniq, len(keys), int(vocab))
+        ids = self._tokens.add(uniq, inverse, counts, values, v64, limit, found)
         self._token_hist.add(ids, v64)
         seq = sequence_moments(on_device(block.sequence), category, v64)
         if self._sequences is None:
@@ -124,9 +123,13 @@ class ShardStatistics:
         self._freq = freq
         self.peak_bytes = max(self.peak_bytes, self.nbytes)
 
-    def _room(self, uniq: torch.Tensor, tokens_in_block: int, vocab: int) -> int:
-        """The most ids the token accumulators may grow to; first, the key-indexed state
-        moved to the host when this block's new keys (``uniq``) would not fit the budget.
+    def _room(
+        self, uniq: torch.Tensor, tokens_in_block: int, vocab: int
+    ) -> tuple[int, tuple[torch.Tensor, torch.Tensor] | None]:
+        """The most ids the token accumulators may grow to, and the keys' ids as far as the
+        index knows them (``KeyIndex.find``, None after a move: ``add`` looks them up once);
+        first, the key-indexed state moved to the host when this block's new keys
+        (``uniq``) would not fit the budget.
         What the budget holds: the layer histogram and the frequencies (fixed), the
         sequences' moments (a few cells), the token histogram's events (this block's at most
         one per token and measure) and the token moments (``bytes_per_id`` each)."""
@@ -139,47 +142,62 @@ class ShardStatistics:
         events = 16 * tokens_in_block * M
         room = (self.budget - fixed - self._token_hist.nbytes - events) // per_id
         # the ids held (their capacity, reserved earlier) and this block's new ones
-        need = max(tokens.capacity, len(tokens.index) + tokens.index.unknown(uniq))
+        found: tuple[torch.Tensor, torch.Tensor] | None = tokens.index.find(uniq)
+        assert found is not None
+        need = max(tokens.capacity, len(tokens.index) + int((~found[1]).sum()))
         if need > room and len(tokens.index):
             self._flush()
+            found = None
             room = (self.budget - fixed - events) // per_id
         if len(uniq) > room:
             raise MemoryError(
                 f"a block of {len(uniq)} token keys does not fit in the statistics' device "
                 f"budget of {self.budget} bytes; use smaller chunks or a larger budget"
             )
-        return int(room)
+        return int(room), found
 
     def _flush(self) -> None:
         """Move the key-indexed accumulators (moments, token histogram) to the host as a
         part, and start them again empty on the device."""
         assert self._tokens is not None
         part = {k: v.cpu() for k, v in self._tokens.held().items()}
-        events, counts = self._token_hist.counted()
+        events, counts = self._token_hist.counted()  # distinct events: what crosses
         part["events"], part["counts"] = events.cpu(), counts.cpu()
         self._parts.append(part)
         self._tokens = TokenMoments(len(self.measures.stored), self._tokens.device)
         self._token_hist = TokenHistogram(self.measures.codes)
 
     def _merged(self) -> dict[str, torch.Tensor]:
-        """The key-indexed state of the whole shard on the host, the parts merged: keys
-        sorted-unique, each part's ids renumbered to the merged ids."""
+        """The key-indexed state of the whole shard: keys sorted, the moments by key
+        (``[measure, key, layer]``: a measure's column of the table is contiguous), the
+        token histogram's events and ``event_keys``, the key of each id they are numbered
+        by (the table counts them in its own order); on the device where one part holds it
+        all, else on the host, the parts merged (the same keys added, extremes combined)."""
         assert self._tokens is not None
-        last = {k: v.cpu() for k, v in self._tokens.held().items()}
-        events, counts = self._token_hist.counted()
-        last["events"], last["counts"] = events.cpu(), counts.cpu()
+        last = dict(self._tokens.held())
+        dev = last["key"].device
+        # the last part's events: on a GPU counted there (the distinct events cross), on
+        # the CPU left for the table's one sort
+        hist = self._token_hist
+        last["events"], last["counts"] = hist.counted() if dev.type != "cpu" else hist.pending()
         parts = [*self._parts, last]
         if len(parts) == 1:
-            return last
+            keys, order = torch.sort(last["key"])
+            out = {"key": keys, "n": last["n"][order], "event_keys": last["key"]}
+            for m in MOMENTS:  # [id, measure, layer] → [measure, key, layer]: one gather
+                out[m] = last[m].transpose(0, 1).index_select(1, order)
+            out["events"], out["counts"] = last["events"], last["counts"]
+            return out
+        parts = [{k: v.cpu() for k, v in p.items()} for p in parts]
         keys, inverse = torch.unique(torch.cat([p["key"] for p in parts]), return_inverse=True)
-        K, cell_bits = len(keys), self._token_hist.cell_bits
+        K, cell_bits = len(keys), hist.cell_bits
         out = {"key": keys, "n": torch.zeros(K, dtype=torch.int64)}
         shape = (K, *parts[0]["sum"].shape[1:])
         out["sum"] = torch.zeros(shape, dtype=torch.float64)
         out["sumsq"] = torch.zeros(shape, dtype=torch.float64)
         out["min"] = torch.full(shape, float("inf"))
         out["max"] = torch.full(shape, float("-inf"))
-        all_events, start = [], 0
+        all_events, all_counts, start = [], [], 0
         for p in parts:
             ids = inverse[start : start + len(p["key"])]  # this part's id → merged id
             start += len(p["key"])
@@ -190,27 +208,30 @@ class ShardStatistics:
             renumbered = (ids[p["events"] >> cell_bits] << cell_bits) | (
                 p["events"] & ((1 << cell_bits) - 1)
             )
-            all_events.append((renumbered, p["counts"]))
-        out["events"], out["counts"] = merged_counts(all_events)
+            all_events.append(renumbered)
+            all_counts.append(p["counts"])
+        for m in MOMENTS:
+            out[m] = out[m].transpose(0, 1).contiguous()
+        out["events"], out["counts"] = torch.cat(all_events), torch.cat(all_counts)
+        out["event_keys"] = keys
         return out
 
     def tables(self) -> dict[str, pa.Table]:
         """Kind name → the shard's table (float64 sums); empty before any block."""
         if self._sequences is None:
             return {}
-        state = {k: v.numpy() for k, v in self._merged().items()}
-        order = np.argsort(state["key"])
-        keys, n = state["key"][order], state["n"][order]
-        moments = {
-            k: [state[k][order, j] for j in range(len(self.measures.stored))] for k in MOMENTS
-        }
+        state = {k: v.cpu().numpy() for k, v in self._merged().items()}
+        keys, n = state["key"], state["n"]
+        moments = {k: state[k] for k in MOMENTS}  # [measure, key, layer]
         assert self._freq is not None
         freq = self._freq.cpu().numpy()
         out = {
             "token_stats": self._token_stats(keys, n, moments),
             "layer_stats": self._layer_stats(keys, n, moments),
             "sequence_stats": self._sequence_stats(),
-            "token_hist": self._token_hist.table(state["key"], state["events"], state["counts"]),
+            "token_hist": self._token_hist.table(
+                state["event_keys"], state["events"], state["counts"]
+            ),
             "layer_hist": self._layer_hist.table(),
         }
         ids = np.flatnonzero(freq)
@@ -224,9 +245,7 @@ class ShardStatistics:
         )
         return {name: out[name] for name in self.kinds}
 
-    def _token_stats(
-        self, keys: np.ndarray, n: np.ndarray, m: dict[str, list[np.ndarray]]
-    ) -> pa.Table:
+    def _token_stats(self, keys: np.ndarray, n: np.ndarray, m: dict[str, np.ndarray]) -> pa.Table:
         L = self.layers
         token_id = keys >> 35
         per_row = lambda a: np.repeat(a, L)  # noqa: E731  key-major, layer-minor
@@ -244,15 +263,15 @@ class ShardStatistics:
             singleton=per_row(n == 1),
         )
 
-    def _layer_stats(
-        self, keys: np.ndarray, n: np.ndarray, m: dict[str, list[np.ndarray]]
-    ) -> pa.Table:
-        """The token groups grouped again by (category, pair segment)."""
+    def _layer_stats(self, keys: np.ndarray, n: np.ndarray, m: dict[str, np.ndarray]) -> pa.Table:
+        """The token groups grouped again by (category, pair segment): ``reduceat`` of each
+        measure's ``[key, layer]`` rows in the groups' order (its pairwise sums: the bits
+        the tables have always had)."""
         L = self.layers
         order, starts, k2 = grouped((keys & 7) * 16 + ((keys >> 3) & 15))
         merged = {
-            k: [UFUNCS[_MOMENTS[k]].reduceat(a[order], starts, axis=0) for a in m[k]]
-            for k in ("sum", "sumsq", "min", "max")
+            k: [UFUNCS[op].reduceat(a[order], starts, axis=0) for a in m[k]]
+            for k, op in (("sum", "sum"), ("sumsq", "sum"), ("min", "min"), ("max", "max"))
         }
         return kind_table(
             self.kinds["layer_stats"],

@@ -38,27 +38,21 @@ def grouped(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, starts, sorted_keys[starts]
 
 
-def radix_order(keys: np.ndarray, bits: int) -> np.ndarray:
-    """A stable order of non-negative int64 ``keys`` < 2^bits: least significant digit
-    first, 16 bits a pass. numpy's stable argsort of uint16 is a counting sort, linear and
-    about ten times a comparison sort of int64 at these sizes."""
-    order: np.ndarray | None = None
-    for shift in range(0, max(bits, 1), 16):
-        digit = ((keys if order is None else keys[order]) >> shift) & 0xFFFF
-        step = np.argsort(digit.astype(np.uint16), kind="stable")
-        order = step if order is None else order[step]
-    assert order is not None
-    return order
-
-
-def counted(keys: np.ndarray, weights: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(unique sorted keys, the sum of the weights of each) of int64 ``keys`` < 2^bits."""
+def counted(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unique sorted keys, the sum of the weights of each) of int64 ``keys``. numpy's
+    sort of int64 is vectorized (several times a radix pass's or torch's CPU sort's
+    speed); where every weight is one (events not counted before), the keys alone are
+    sorted and the counts are the runs' lengths."""
     if len(keys) == 0:
         return keys, weights
-    order = radix_order(keys, bits)
-    ordered = keys[order]
+    if bool((weights == 1).all()):
+        ordered, w = np.sort(keys), None
+    else:
+        order = np.argsort(keys)
+        ordered, w = keys[order], weights[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    return ordered[starts], np.add.reduceat(weights[order], starts)
+    sums = np.diff(np.r_[starts, len(ordered)]) if w is None else np.add.reduceat(w, starts)
+    return ordered[starts], sums.astype(np.int64)
 
 
 class KeyIndex:
@@ -77,8 +71,9 @@ class KeyIndex:
     def nbytes(self) -> int:
         return 3 * 8 * len(self.keys)
 
-    def _find(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the id of each of ``keys``, -1 where unknown; which are known)."""
+    def find(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the id of each of ``keys``, -1 where unknown; which are known): what ``ids``
+        takes back (``found``), so a block's keys are looked up once."""
         n = len(self._sorted)
         if not n:
             return torch.full_like(keys, -1), torch.zeros_like(keys, dtype=torch.bool)
@@ -86,17 +81,17 @@ class KeyIndex:
         found = self._sorted[pos] == keys
         return torch.where(found, self._ids[pos], -1), found
 
-    def unknown(self, keys: torch.Tensor) -> int:
-        """How many of ``keys`` (unique) have no id yet."""
-        return int((~self._find(keys)[1]).sum())
-
-    def ids(self, keys: torch.Tensor) -> torch.Tensor:
-        """The id of each of ``keys`` (unique, sorted); unknown keys get the next ids."""
-        ids, found = self._find(keys)
-        new = keys[~found]  # [new] sorted
+    def ids(
+        self, keys: torch.Tensor, found: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """The id of each of ``keys`` (unique, sorted); unknown keys get the next ids.
+        ``found``: ``find(keys)``, when the caller looked them up already (and the index
+        has not changed since)."""
+        ids, known = self.find(keys) if found is None else found
+        new = keys[~known]  # [new] sorted
         if len(new):
             fresh = torch.arange(len(self.keys), len(self.keys) + len(new), device=keys.device)
-            ids[~found] = fresh
+            ids[~known] = fresh
             merged, order = torch.sort(torch.cat([self._sorted, new]), stable=True)
             self._sorted, self._ids = merged, torch.cat([self._ids, fresh])[order]
             self.keys = torch.cat([self.keys, new])

@@ -54,7 +54,10 @@ class TokenMoments:
 
     def reserve(self, size: int, layers: int, limit: int | None = None) -> None:
         """Room for ``size`` ids: the arrays grown (and copied) when full, to twice their size
-        (four times the first block's keys at first) but never beyond ``limit`` ids."""
+        (four times the first block's keys at first) but never beyond ``limit`` ids. The
+        room is left uninitialised: an id's cells are set when it is given (``add``), so
+        memory never used is never touched (the first block's reserve alone was a tenth of
+        a shard's accumulation)."""
         if size <= self.capacity:
             return
         old = self.capacity
@@ -64,8 +67,8 @@ class TokenMoments:
         self.layers = layers
         shape = (cap, self.measures, layers)
 
-        def grown(a: torch.Tensor, fill: float, dtype: torch.dtype) -> torch.Tensor:
-            out = torch.full(shape, fill, dtype=dtype, device=self.device)
+        def grown(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+            out = torch.empty(shape, dtype=dtype, device=self.device)
             if old:
                 out[:old] = a
             return out
@@ -73,10 +76,10 @@ class TokenMoments:
         n = torch.zeros(cap, dtype=torch.int64, device=self.device)
         n[:old] = self.n
         self.n = n
-        self.sum = grown(self.sum, 0.0, torch.float64)
-        self.sumsq = grown(self.sumsq, 0.0, torch.float64)
-        self.min = grown(self.min, float("inf"), torch.float32)
-        self.max = grown(self.max, float("-inf"), torch.float32)
+        self.sum = grown(self.sum, torch.float64)
+        self.sumsq = grown(self.sumsq, torch.float64)
+        self.min = grown(self.min, torch.float32)
+        self.max = grown(self.max, torch.float32)
 
     def add(
         self,
@@ -86,10 +89,19 @@ class TokenMoments:
         values: torch.Tensor,  # [tokens, measures, layers] float32
         v64: torch.Tensor,  # [tokens, measures, layers] float64: values, cast once
         limit: int | None = None,
+        found: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Add a block; the id of each token's key ([tokens])."""
-        ids = self.index.ids(uniq)  # [keys]
+        """Add a block; the id of each token's key ([tokens]). ``found``: the index's
+        ``find(uniq)``, when the caller looked the keys up already."""
+        before = len(self.index)
+        ids = self.index.ids(uniq, found)  # [keys]
         self.reserve(len(self.index), values.shape[2], limit)
+        if len(self.index) > before:  # the new ids' cells, set once
+            fresh = slice(before, len(self.index))
+            self.sum[fresh] = 0.0
+            self.sumsq[fresh] = 0.0
+            self.min[fresh] = float("inf")
+            self.max[fresh] = float("-inf")
         self.n.index_add_(0, ids, counts)  # ids unique: no lost updates
         token_ids = ids[inverse]  # [tokens]
         self.sum.index_add_(0, token_ids, v64)
@@ -127,23 +139,29 @@ def sequence_moments(
     """Per category (index N_CAT: every token): sequences with such tokens, Σ and Σ² of
     their per-sequence means ([N_CAT + 1, measures, layers])."""
     _, M, L = v64.shape
+    dev = v64.device
     group = sequence * N_CAT + category  # [tokens]
-    present, inverse, counts = torch.unique(group, return_inverse=True, return_counts=True)
-    sums = torch.zeros(len(present), M, L, dtype=torch.float64, device=v64.device)
-    sums.index_add_(0, inverse, v64)  # [group, measure, layer]
+    # dense by (sequence, category): the block's sequences are few (no sort of the tokens);
+    # the groups present, in order, are those ``torch.unique`` gave
+    size = (int(sequence.max()) + 1) * N_CAT if len(sequence) else 0
+    counts = torch.bincount(group, minlength=size)  # [group]
+    present = torch.nonzero(counts).view(-1)  # [present groups] sorted
+    dense = torch.zeros(size, M, L, dtype=torch.float64, device=dev)
+    dense.index_add_(0, group, v64)  # [group, measure, layer], in token order
+    sums, counts = dense[present], counts[present]
     means = sums / counts[:, None, None]
     seq_of, cats = present // N_CAT, present % N_CAT  # [group]
     per_seq, seq_index = torch.unique_consecutive(seq_of, return_inverse=True)  # groups sorted
-    seq_sums = torch.zeros(len(per_seq), M, L, dtype=torch.float64, device=v64.device)
+    seq_sums = torch.zeros(len(per_seq), M, L, dtype=torch.float64, device=dev)
     seq_sums.index_add_(0, seq_index, sums)
-    seq_counts = torch.zeros(len(per_seq), dtype=torch.int64, device=v64.device)
+    seq_counts = torch.zeros(len(per_seq), dtype=torch.int64, device=dev)
     seq_counts.index_add_(0, seq_index, counts)
     seq_means = seq_sums / seq_counts[:, None, None]  # [seq, measure, layer]
-    out = {"sequences": torch.zeros(N_CAT + 1, dtype=torch.int64, device=v64.device)}
+    out = {"sequences": torch.zeros(N_CAT + 1, dtype=torch.int64, device=dev)}
     out["sequences"][:N_CAT] = torch.bincount(cats, minlength=N_CAT)
     out["sequences"][N_CAT] = len(per_seq)
     for name, power in (("seq_sum", 1), ("seq_sumsq", 2)):
-        acc = torch.zeros(N_CAT + 1, M, L, dtype=torch.float64, device=v64.device)
+        acc = torch.zeros(N_CAT + 1, M, L, dtype=torch.float64, device=dev)
         acc[:N_CAT].index_add_(0, cats, means**power)
         acc[N_CAT] = (seq_means**power).sum(dim=0)
         out[name] = acc  # [cat, measure, layer]
