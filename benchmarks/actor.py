@@ -7,10 +7,11 @@ Measured side by side in one run, on the same model, corpus, batches and device:
   forms (``runtime.batch_size`` sequences, ``runtime.batch_tokens`` tokens, per shard);
   nothing else.
 - **the actor**: the in-process executor (``runtime.executor: local``, runtime/local.py:
-  the shard worker a Ray actor runs, without Ray) over the same shards, every measure group
-  that applies, ``output.detail: sample``: the engine, the statistics accumulated on the
-  device (torch, queued from the result thread), the detail sample, the shard's Parquet
-  files. Its time runs from the first shard's event to the last one's: the first shard
+  the shard worker a Ray actor runs, without Ray, with the same two shards in flight: the
+  next shard on the model while the last one's ``finish`` writes) over the same shards,
+  every measure group that applies, ``output.detail: sample``: the engine, the statistics
+  accumulated on the device (torch, queued from the result thread), the detail sample, the
+  shard's Parquet files. Its time runs from the first shard's event to the last one's: the first shard
   (model load) is left out of both sides.
 
 The ratio is the actor's tokens/s over the bare forward's (goal ≥ 0.85 on a GPU). Repetitions
@@ -92,8 +93,8 @@ HOST_CPU: list[float] = []  # µs per token of each actor run (the shards after 
 
 def actor_seconds(prep: Any) -> tuple[float, int]:
     """Seconds from the first shard's event to the last one's, and the tokens of the shards
-    after the first (runtime/local.py: one ShardWorker, shards one after another); the
-    result path's host CPU per token goes to ``HOST_CPU``."""
+    after the first (runtime/local.py: one ShardWorker, ``runtime.shards_in_flight`` shards
+    at once, as a Ray actor); the result path's host CPU per token goes to ``HOST_CPU``."""
     from mixscope.runtime.local import LocalExecutor
 
     stamps: list[float] = []

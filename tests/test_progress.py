@@ -202,10 +202,12 @@ def test_terminal_gets_a_bar_not_log_lines():
 def test_a_real_job_logs_its_shards_and_failures(tiny_bert_dir, tmp_path, capfd, monkeypatch):
     """A real job (local executor, 8 shards of 4 documents, shard 2 always failing) with
     stderr not a terminal: one line per commit at interval 0, the failure when it happens,
-    and the counts of the run's summary in the last line."""
+    and the counts of the run's summary in the last line. One shard in flight, so the
+    lines come in plan order (with two, shard 2's failure may come before shard 1's commit)."""
     monkeypatch.setenv(INTERVAL_ENV, "0")
     monkeypatch.setenv(FAULTS, json.dumps({"fail": {"shard": 2}}))
-    spec = job_spec(tiny_bert_dir, tmp_path / "out", **{"runtime.executor": "local"})
+    local = {"runtime.executor": "local", "runtime.shards_in_flight": 1}
+    spec = job_spec(tiny_bert_dir, tmp_path / "out", **local)
     summary = run_job(spec)
     assert summary.shards_done == 7 and summary.shards_failed == 1
     lines = [x for x in capfd.readouterr().err.splitlines() if x.startswith("mixscope: run")]

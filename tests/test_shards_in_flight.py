@@ -222,3 +222,25 @@ def test_an_actor_overlaps_the_next_shard_with_the_last_ones_finish(
     assert {r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in two} == {
         r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in serial
     }
+
+
+def test_the_local_executor_overlaps_like_an_actor(tiny_bert_dir, tmp_path, monkeypatch):
+    """runtime/local.py keeps two shards in the worker as a Ray actor does (what
+    benchmarks/actor.py times): each next shard's model work begins before the last one's
+    finish ends, device phases in plan order, the same files as one at a time."""
+    monkeypatch.setenv("MIXSCOPE_FAULTS", json.dumps({"slow_finish": {"seconds": SLOW_FINISH}}))
+    two = _ray_results(_spec(tiny_bert_dir, tmp_path / "two", "local"))
+    serial = _ray_results(
+        _spec(tiny_bert_dir, tmp_path / "one", "local", **{"runtime.shards_in_flight": 1})
+    )
+    phases = _by_device(two)
+    assert len(phases) == 4
+    for prev, nxt in pairwise(phases):
+        assert prev["device_end"] <= nxt["device_start"] < prev["finish_end"], (prev, nxt)
+    order = sorted(two, key=lambda r: r.phases["device_start"])
+    assert [r.shard_id for r in order] == [0, 1, 2, 3]
+    for prev, nxt in pairwise(_by_device(serial)):
+        assert prev["finish_end"] <= nxt["device_start"], (prev, nxt)
+    assert {r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in two} == {
+        r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in serial
+    }
