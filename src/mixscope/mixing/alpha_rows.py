@@ -61,6 +61,58 @@ class ScoreInputs:
         s.sub_(torch.where(torch.isfinite(lse), lse, float("inf"))).exp_()
         return s
 
+    def sources(self, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
+        """α of query rows ``start:stop`` in source-major layout, for the sources that can
+        have a weight: [batch, sources, heads, rows] (``sources`` = :meth:`reach`).
+
+        The same numbers as :meth:`rows` transposed (α^h_ij at [b, j, h, i − start]) in
+        fewer passes over the block: −LSE_i rides in the score matmul as one more
+        dimension (q' = (scale · q_i, −LSE_i), k' = (k_j, 1); without a score cap), the
+        transpose rides on the exp, and a causal block's later keys are never scored."""
+        cols = self.reach(start, stop)
+        q = self.query[:, :, start:stop].to(dtype) * self.scale  # [batch, heads, rows, head_dim]
+        k = self.key[:, :, :cols].to(dtype)  # [batch, kv_heads, sources, head_dim]
+        batch, heads, rows, _ = q.shape
+        kv = k.shape[1]
+        group = heads // kv
+        lse = self.lse[:, :, start:stop].to(dtype)  # [batch, heads, rows]
+        # a fully masked row (a padded query) has no weights, whatever its LSE says
+        lse = torch.where(torch.isfinite(lse), lse, float("inf"))
+        if self.softcap is None:
+            q = torch.cat([q, -lse.unsqueeze(-1)], dim=-1)  # q'
+            k = torch.cat([k, torch.ones_like(k[..., :1])], dim=-1)  # k'
+        s = k @ q.reshape(batch, kv, group * rows, -1).transpose(-1, -2)  # [b, kv, j, g·rows]
+        s = s.view(batch, kv, cols, group, rows)
+        if self.softcap is not None:
+            s = s.div_(self.softcap).tanh_().mul_(self.softcap)
+            s.sub_(lse.reshape(batch, kv, 1, group, rows))
+        if self.mask is not None:
+            m = self.mask[..., start:stop, :cols]  # [b | 1, 1 | heads, rows, sources]
+            m = m.reshape(m.shape[0], kv, group, rows, cols) if m.shape[1] > 1 else m[:, :, None]
+            m = m.permute(0, 1, 4, 2, 3)  # [b | 1, kv | 1, sources, group | 1, rows]
+            if m.dtype == torch.bool:
+                s.masked_fill_(~m, float("-inf"))
+            else:
+                s.add_(m.to(dtype))
+        if self.causal and stop - start > 1:  # keys after the query, within the block
+            i = torch.arange(start, stop, device=s.device)
+            later = (i[:, None] > i[None, :])[:, None, :]  # [j, 1, i]: j > i
+            s[:, :, start:stop].masked_fill_(later, float("-inf"))
+        out = torch.empty(batch, cols, kv, group, rows, dtype=dtype, device=s.device)
+        torch.exp(s, out=out.permute(0, 2, 1, 3, 4))
+        return out.view(batch, cols, heads, rows)
+
+    def reach(self, start: int, stop: int) -> int:
+        """How many leading sources can have a weight for query rows ``start:stop``: the
+        block's last row + 1 when causal, the last key a boolean mask keeps, else all."""
+        seq = self.key.shape[2]
+        if self.causal:
+            return stop
+        if self.mask is not None and self.mask.dtype == torch.bool:
+            kept = self.mask[..., start:stop, :].flatten(0, -2).any(dim=0).nonzero()
+            return int(kept[-1, 0]) + 1 if len(kept) else 1
+        return seq
+
 
 def block_rows(batch: int, heads: int, seq: int, budget: int = BLOCK_SCORES) -> int:
     """Query rows per block so that one block of weights holds about ``budget`` elements."""
@@ -77,3 +129,20 @@ def alpha_rows(
     if scores is None:
         raise ValueError("no attention weights: neither the eager weights nor the scores")
     return scores.rows(start, stop, dtype)
+
+
+def alpha_sources(
+    full: torch.Tensor | None, scores: ScoreInputs | None, start: int, stop: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """α of query rows ``start:stop`` source-major, [batch, sources, heads, rows], for the
+    leading sources that can have a weight (a causal block's later keys left out): from
+    the eager weights ``full`` (transposed) where the block has them, else recomputed."""
+    if full is not None:
+        block = full[:, :, start:stop]  # [batch, heads, rows, seq]
+        reach = block.amax(dim=(0, 1, 2)).nonzero()  # sources with a weight
+        cols = int(reach[-1, 0]) + 1 if len(reach) else 1
+        src = block[..., :cols].permute(0, 3, 1, 2)  # [batch, sources, heads, rows]
+        return src.to(dtype, memory_format=torch.contiguous_format)
+    if scores is None:
+        raise ValueError("no attention weights: neither the eager weights nor the scores")
+    return scores.sources(start, stop, dtype)

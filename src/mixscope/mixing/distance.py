@@ -21,12 +21,16 @@ import torch
 
 from mixscope.choices import DISTANCE_BUCKETS
 from mixscope.errors import MixscopeError
-from mixscope.mixing.alpha_rows import BLOCK_SCORES, ScoreInputs, alpha_rows, block_rows
+from mixscope.mixing.alpha_rows import BLOCK_SCORES, ScoreInputs, alpha_sources, block_rows
 from mixscope.mixing.block_tensors import BlockParams, head_values
 
 #: the buckets of the default profile: δ = 1, 2–3, 4–7, …, 1024–2047, ≥ 2048; also the
 #: most a run may ask for (the group's stored columns are fixed: their codes are stable)
 DEFAULT_BUCKETS = MAX_BUCKETS = DISTANCE_BUCKETS
+
+#: query rows per block at most: a block's arrays ([batch, sources, heads, rows]) stay
+#: near the CPU's cache, and a causal block's sources end closer to its rows
+ROWS = 64
 
 
 def check_buckets(buckets: int) -> int:
@@ -60,52 +64,68 @@ def head_grams(values: torch.Tensor, p: BlockParams, budget: int = BLOCK_SCORES)
     return out
 
 
-def pair_norms_of(alpha: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
-    """‖a_ij‖ = sqrt(α_ijᵀ G_j α_ij) for a block of rows: alpha [batch, heads, rows, seq],
-    gram [batch, seq, heads, heads] → [batch, rows, seq].
+def head_mix(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Per source j, the [heads + 1, heads] matrix M_j whose first rows are L_jᵀ with
+    G_j = L_j L_jᵀ and whose last row is 1/heads: M_j α_ij = (L_jᵀ α_ij, ᾱ_ij), so
+    ‖a_ij‖² = α_ijᵀ G_j α_ij = ‖L_jᵀ α_ij‖². gram [batch, seq, heads, heads] →
+    [batch, seq, heads + 1, heads] in ``dtype``.
 
-    G is symmetric: Σ_h G_hh α_h² + 2 Σ_{h<k} G_hk α_h α_k, heads(heads + 1)/2 fused
-    multiply-adds over [batch, rows, seq] in α's own layout (no permuted copy of the block,
-    no per-source [rows, heads] × [heads, heads] products: 2.4x the speed on the CPU)."""
-    heads = alpha.shape[1]
-    g = gram.permute(0, 2, 3, 1)[:, :, :, None, :]  # [batch, h, k, 1, seq(j)]
-    sq = torch.zeros_like(alpha[:, 0])  # [batch, rows, seq]
-    cross = torch.empty_like(sq)
-    for h in range(heads):
-        a_h = alpha[:, h]  # [batch, rows, seq]
-        sq.addcmul_(a_h * a_h, g[:, h, h])
-        if h + 1 < heads:
-            cross.zero_()
-            for k in range(h + 1, heads):
-                cross.addcmul_(alpha[:, k], g[:, h, k])
-            sq.addcmul_(a_h, cross, value=2.0)
-    return sq.clamp_min_(0).sqrt_()
+    L_j is G_j's Cholesky factor in float64; a G_j that is singular (or, rounded, not
+    positive definite) takes V √Λ from its eigendecomposition instead, eigenvalues below 0
+    clamped (an exact factor of the nearest PSD matrix)."""
+    g = gram.to(torch.float64)
+    low, info = torch.linalg.cholesky_ex(g)  # [batch, seq, heads, heads]
+    failed = info != 0
+    if bool(failed.any()):
+        lam, vec = torch.linalg.eigh(g[failed])
+        low[failed] = vec * lam.clamp_min(0).sqrt().unsqueeze(-2)  # V √Λ
+    heads = gram.shape[-1]
+    mean = torch.full((*gram.shape[:-2], 1, heads), 1.0 / heads, dtype=torch.float64,
+                      device=gram.device)  # fmt: skip
+    return torch.cat([low.transpose(-1, -2), mean], dim=-2).to(dtype)
+
+
+def pair_values(alpha: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
+    """‖a_ij‖ and ᾱ_ij of a block of query rows, source-major: alpha [batch, sources,
+    heads, rows], mix [batch, sources, heads + 1, heads] (:func:`head_mix`) → [2 (norm,
+    weight), batch, sources, rows].
+
+    One batched matmul over the sources ([heads + 1, heads] × [heads, rows] each) and one
+    reduction over the heads: a single pass over the block for both quantities."""
+    batch, cols, heads, rows = alpha.shape
+    t = torch.bmm(mix[:, :cols].reshape(batch * cols, heads + 1, heads),
+                  alpha.reshape(batch * cols, heads, rows))  # fmt: skip
+    t = t.view(batch, cols, heads + 1, rows)
+    norms = t[:, :, :heads].square_().sum(dim=2).sqrt_()  # ‖L_jᵀ α_ij‖
+    return torch.stack([norms, t[:, :, heads]])  # ᾱ_ij in the last row
 
 
 def _edges(start: int, stop: int, seq: int, buckets: int, device: torch.device) -> torch.Tensor:
-    """Prefix-sum positions of every bucket's edges for rows ``start:stop``: [rows, 2K + 2].
+    """Prefix-sum positions of every bucket's edges for rows ``start:stop``: [2K + 2, rows].
 
     With C[m] = Σ_{j<m}, bucket b sums C[P_b] − C[P_{b+1}] before i (P_b = i − 2^b + 1,
     P_K = 0) and C[Q_{b+1}] − C[Q_b] after it (Q_b = i + 2^b, Q_K = seq), each clamped to
     [0, seq]: an edge beyond the sequence makes the bucket's range empty."""
-    i = torch.arange(start, stop, device=device)[:, None]  # [rows, 1]
-    powers = 2 ** torch.arange(buckets, device=device)[None, :]  # [1, K]
-    before = torch.cat([i - powers + 1, torch.zeros_like(i)], dim=1)  # P_0 … P_K
-    after = torch.cat([i + powers, torch.full_like(i, seq)], dim=1)  # Q_0 … Q_K
-    return torch.cat([before, after], dim=1).clamp_(0, seq)  # [rows, 2K + 2]
+    i = torch.arange(start, stop, device=device)[None, :]  # [1, rows]
+    powers = 2 ** torch.arange(buckets, device=device)[:, None]  # [K, 1]
+    before = torch.cat([i - powers + 1, torch.zeros_like(i)], dim=0)  # P_0 … P_K
+    after = torch.cat([i + powers, torch.full_like(i, seq)], dim=0)  # Q_0 … Q_K
+    return torch.cat([before, after], dim=0).clamp_(0, seq)  # [2K + 2, rows]
 
 
 def bucket_sums(pairs: torch.Tensor, start: int, buckets: int) -> torch.Tensor:
-    """Per-bucket sums over sources j ≠ i of ``pairs`` [..., rows, seq] (rows from query
-    ``start``): [..., rows, K], summed in float64 (a long row's prefix sums stay exact
-    enough that their differences keep a near bucket's small share)."""
-    *lead, rows, seq = pairs.shape
-    prefix = torch.zeros(*lead, rows, seq + 1, dtype=torch.float64, device=pairs.device)
-    torch.cumsum(pairs, dim=-1, dtype=torch.float64, out=prefix[..., 1:])  # C[m] = Σ_{j<m}
-    edges = _edges(start, start + rows, seq, buckets, pairs.device)  # [rows, 2K + 2]
-    at = prefix.gather(-1, edges.expand(*lead, rows, edges.shape[-1]))  # [..., rows, 2K + 2]
-    before, after = at[..., : buckets + 1], at[..., buckets + 1 :]
-    return (before[..., :-1] - before[..., 1:]) + (after[..., 1:] - after[..., :-1])
+    """Per-bucket sums over sources j ≠ i of ``pairs`` [..., sources, rows] (source-major;
+    rows from query ``start``; sources past the last given add nothing): [..., K, rows],
+    summed in float64 (a long row's prefix sums stay exact enough that their differences
+    keep a near bucket's small share)."""
+    *lead, cols, rows = pairs.shape
+    prefix = torch.empty(*lead, cols + 1, rows, dtype=torch.float64, device=pairs.device)
+    prefix[..., 0, :] = 0
+    torch.cumsum(pairs, dim=-2, dtype=torch.float64, out=prefix[..., 1:, :])  # C[m] = Σ_{j<m}
+    edges = _edges(start, start + rows, cols, buckets, pairs.device)  # [2K + 2, rows]
+    at = prefix.gather(-2, edges.expand(*lead, *edges.shape))  # [..., 2K + 2, rows]
+    before, after = at[..., : buckets + 1, :], at[..., buckets + 1 :, :]
+    return (before[..., :-1, :] - before[..., 1:, :]) + (after[..., 1:, :] - after[..., :-1, :])
 
 
 def row_blocks(
@@ -115,14 +135,12 @@ def row_blocks(
     dtype: torch.dtype,
     budget: int = BLOCK_SCORES,
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """(start, α of the block's rows [batch, heads, rows, seq]) over every query row;
-    ``shape`` (batch, heads, seq)."""
+    """(start, α of the block's rows source-major [batch, sources, heads, rows]) over every
+    query row; ``shape`` (batch, heads, seq)."""
     batch, heads, seq = shape
-    # at most an eighth of the rows a block: a causal block's sources end at its last row,
-    # so narrower blocks leave out more of the (zero) later ones (56% of the work, not 75%)
-    rows = min(block_rows(batch, heads, seq, budget), max(64, -(-seq // 8)))
+    rows = min(block_rows(batch, heads, seq, budget), ROWS)
     for start in range(0, seq, rows):
-        yield start, alpha_rows(full, scores, start, min(seq, start + rows), dtype)
+        yield start, alpha_sources(full, scores, start, min(seq, start + rows), dtype)
 
 
 def distance_sums(
@@ -137,18 +155,13 @@ def distance_sums(
     (float64). ``full``: the eager weights [batch, heads, seq, seq], or None to recompute
     α's rows from ``scores``; ``values`` [batch, seq, kv_heads · head_dim]."""
     batch, seq = values.shape[:2]
-    gram = head_grams(values, p, budget)  # [batch, seq, heads, heads]
-    out = torch.empty(2, batch, seq, buckets, dtype=torch.float64, device=values.device)
+    mix = head_mix(head_grams(values, p, budget), values.dtype)  # [batch, seq, h + 1, h]
+    out = torch.empty(2, buckets, batch, seq, dtype=torch.float64, device=values.device)
     for start, alpha in row_blocks(full, scores, (batch, p.heads, seq), values.dtype, budget):
-        stop = start + alpha.shape[2]
-        # sources past the block's last one with a weight (a causal block's later tokens)
-        # add nothing: left out, they halve a causal model's work
-        reach = alpha.amax(dim=(0, 1, 2)).nonzero()  # [sources with a weight, 1]
-        cols = int(reach[-1, 0]) + 1 if len(reach) else 1
-        alpha = alpha[..., :cols]
-        pairs = torch.stack([pair_norms_of(alpha, gram[:, :cols]), alpha.mean(dim=1)])
-        out[:, :, start:stop] = bucket_sums(pairs, start, buckets)  # pairs [2, b, rows, cols]
-    return out.permute(0, 3, 1, 2)  # [2, buckets, batch, seq]
+        stop = start + alpha.shape[-1]
+        sums = bucket_sums(pair_values(alpha, mix), start, buckets)  # [2, batch, K, rows]
+        out[:, :, :, start:stop] = sums.transpose(1, 2)
+    return out
 
 
 def shares(sums: torch.Tensor) -> torch.Tensor:
