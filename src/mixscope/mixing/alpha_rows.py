@@ -15,6 +15,7 @@ LSE), held only until the block's measures are computed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -61,17 +62,33 @@ class ScoreInputs:
         s.sub_(torch.where(torch.isfinite(lse), lse, float("inf"))).exp_()
         return s
 
-    def sources(self, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
+    def source_blocks(self, rows: int, dtype: torch.dtype) -> Iterator[tuple[int, torch.Tensor]]:
+        """(start, :meth:`sources` of rows ``start:start + rows``) over every query row, the
+        keys prepared once."""
+        seq = self.query.shape[2]
+        keys = self.keys(dtype)
+        for start in range(0, seq, rows):
+            yield start, self.sources(start, min(seq, start + rows), dtype, keys)
+
+    def keys(self, dtype: torch.dtype) -> torch.Tensor:
+        """The keys :meth:`sources` scores against: k' = (k_j, 1) without a score cap."""
+        k = self.key.to(dtype)  # [batch, kv_heads, seq, head_dim]
+        return k if self.softcap is not None else torch.cat([k, torch.ones_like(k[..., :1])], -1)
+
+    def sources(
+        self, start: int, stop: int, dtype: torch.dtype, keys: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """α of query rows ``start:stop`` in source-major layout, for the sources that can
         have a weight: [batch, sources, heads, rows] (``sources`` = :meth:`reach`).
 
         The same numbers as :meth:`rows` transposed (α^h_ij at [b, j, h, i − start]) in
         fewer passes over the block: −LSE_i rides in the score matmul as one more
         dimension (q' = (scale · q_i, −LSE_i), k' = (k_j, 1); without a score cap), the
-        transpose rides on the exp, and a causal block's later keys are never scored."""
+        transpose rides on the exp, and a causal block's later keys are never scored.
+        ``keys``: :meth:`keys`, where a caller has them."""
         cols = self.reach(start, stop)
         q = self.query[:, :, start:stop].to(dtype) * self.scale  # [batch, heads, rows, head_dim]
-        k = self.key[:, :, :cols].to(dtype)  # [batch, kv_heads, sources, head_dim]
+        k = (self.keys(dtype) if keys is None else keys)[:, :, :cols]  # [b, kv, sources, ·]
         batch, heads, rows, _ = q.shape
         kv = k.shape[1]
         group = heads // kv
@@ -80,7 +97,6 @@ class ScoreInputs:
         lse = torch.where(torch.isfinite(lse), lse, float("inf"))
         if self.softcap is None:
             q = torch.cat([q, -lse.unsqueeze(-1)], dim=-1)  # q'
-            k = torch.cat([k, torch.ones_like(k[..., :1])], dim=-1)  # k'
         s = k @ q.reshape(batch, kv, group * rows, -1).transpose(-1, -2)  # [b, kv, j, g·rows]
         s = s.view(batch, kv, cols, group, rows)
         if self.softcap is not None:

@@ -90,14 +90,17 @@ def pair_values(alpha: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
     heads, rows], mix [batch, sources, heads + 1, heads] (:func:`head_mix`) → [2 (norm,
     weight), batch, sources, rows].
 
-    One batched matmul over the sources ([heads + 1, heads] × [heads, rows] each) and one
-    reduction over the heads: a single pass over the block for both quantities."""
+    One batched matmul over the sources ([heads + 1, heads] × [heads, rows] each) and a
+    sum of squares over the heads; both quantities in one [2, …] view of its output."""
     batch, cols, heads, rows = alpha.shape
     t = torch.bmm(mix[:, :cols].reshape(batch * cols, heads + 1, heads),
                   alpha.reshape(batch * cols, heads, rows))  # fmt: skip
-    t = t.view(batch, cols, heads + 1, rows)
-    norms = t[:, :, :heads].square_().sum(dim=2).sqrt_()  # ‖L_jᵀ α_ij‖
-    return torch.stack([norms, t[:, :, heads]])  # ᾱ_ij in the last row
+    t = t.view(batch, cols, heads + 1, rows)  # (L_jᵀ α_ij, ᾱ_ij)
+    norms = t[:, :, heads - 1].square_()  # Σ_h (L_jᵀ α_ij)_h² in L's last row's place
+    for h in range(heads - 1):  # (no reduction over a middle dimension: slow on the CPU)
+        norms.addcmul_(t[:, :, h], t[:, :, h])
+    norms.sqrt_()
+    return t[:, :, heads - 1 :].movedim(2, 0)  # [2 (norm, weight), batch, sources, rows]
 
 
 def _edges(start: int, stop: int, seq: int, buckets: int, device: torch.device) -> torch.Tensor:
@@ -139,6 +142,9 @@ def row_blocks(
     query row; ``shape`` (batch, heads, seq)."""
     batch, heads, seq = shape
     rows = min(block_rows(batch, heads, seq, budget), ROWS)
+    if full is None and scores is not None:
+        yield from scores.source_blocks(rows, dtype)
+        return
     for start in range(0, seq, rows):
         yield start, alpha_sources(full, scores, start, min(seq, start + rows), dtype)
 
