@@ -62,13 +62,15 @@ class ScoreInputs:
         s.sub_(torch.where(torch.isfinite(lse), lse, float("inf"))).exp_()
         return s
 
-    def source_blocks(self, rows: int, dtype: torch.dtype) -> Iterator[tuple[int, torch.Tensor]]:
+    def source_blocks(
+        self, rows: int, dtype: torch.dtype, grouped: bool = False
+    ) -> Iterator[tuple[int, torch.Tensor]]:
         """(start, :meth:`sources` of rows ``start:start + rows``) over every query row, the
         keys prepared once."""
         seq = self.query.shape[2]
         keys = self.keys(dtype)
         for start in range(0, seq, rows):
-            yield start, self.sources(start, min(seq, start + rows), dtype, keys)
+            yield start, self.sources(start, min(seq, start + rows), dtype, keys, grouped)
 
     def keys(self, dtype: torch.dtype) -> torch.Tensor:
         """The keys :meth:`sources` scores against: k' = (k_j, 1) without a score cap."""
@@ -76,12 +78,18 @@ class ScoreInputs:
         return k if self.softcap is not None else torch.cat([k, torch.ones_like(k[..., :1])], -1)
 
     def sources(
-        self, start: int, stop: int, dtype: torch.dtype, keys: torch.Tensor | None = None
+        self,
+        start: int,
+        stop: int,
+        dtype: torch.dtype,
+        keys: torch.Tensor | None = None,
+        grouped: bool = False,
     ) -> torch.Tensor:
-        """α of query rows ``start:stop`` in source-major layout, for the sources that can
-        have a weight: [batch, sources, heads, rows] (``sources`` = :meth:`reach`).
+        """α of query rows ``start:stop`` source-major, for the sources that can have a
+        weight (``sources`` = :meth:`reach`): [batch, 1, sources, heads, rows], or with
+        ``grouped`` [batch, kv_heads, sources, heads per kv head, rows] (no transpose).
 
-        The same numbers as :meth:`rows` transposed (α^h_ij at [b, j, h, i − start]) in
+        The same numbers as :meth:`rows` transposed (α^h_ij at [b, ·, j, h, i − start]) in
         fewer passes over the block: −LSE_i rides in the score matmul as one more
         dimension (q' = (scale · q_i, −LSE_i), k' = (k_j, 1); without a score cap), the
         transpose rides on the exp, and a causal block's later keys are never scored.
@@ -114,9 +122,11 @@ class ScoreInputs:
             i = torch.arange(start, stop, device=s.device)
             later = (i[:, None] > i[None, :])[:, None, :]  # [j, 1, i]: j > i
             s[:, :, start:stop].masked_fill_(later, float("-inf"))
+        if grouped:  # [batch, kv, sources, group, rows]: the matmul's own layout
+            return s.exp_()
         out = torch.empty(batch, cols, kv, group, rows, dtype=dtype, device=s.device)
         torch.exp(s, out=out.permute(0, 2, 1, 3, 4))
-        return out.view(batch, cols, heads, rows)
+        return out.view(batch, 1, cols, heads, rows)
 
     def reach(self, start: int, stop: int) -> int:
         """How many leading sources can have a weight for query rows ``start:stop``: the
@@ -150,15 +160,16 @@ def alpha_rows(
 def alpha_sources(
     full: torch.Tensor | None, scores: ScoreInputs | None, start: int, stop: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    """α of query rows ``start:stop`` source-major, [batch, sources, heads, rows], for the
-    leading sources that can have a weight (a causal block's later keys left out): from
-    the eager weights ``full`` (transposed) where the block has them, else recomputed."""
+    """α of query rows ``start:stop`` source-major, [batch, 1, sources, heads, rows], for
+    the leading sources that can have a weight (a causal block's later keys left out):
+    from the eager weights ``full`` (transposed) where the block has them, else
+    recomputed."""
     if full is not None:
         block = full[:, :, start:stop]  # [batch, heads, rows, seq]
         reach = block.amax(dim=(0, 1, 2)).nonzero()  # sources with a weight
         cols = int(reach[-1, 0]) + 1 if len(reach) else 1
         src = block[..., :cols].permute(0, 3, 1, 2)  # [batch, sources, heads, rows]
-        return src.to(dtype, memory_format=torch.contiguous_format)
+        return src.to(dtype, memory_format=torch.contiguous_format).unsqueeze(1)
     if scores is None:
         raise ValueError("no attention weights: neither the eager weights nor the scores")
     return scores.sources(start, stop, dtype)

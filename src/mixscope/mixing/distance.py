@@ -32,6 +32,9 @@ DEFAULT_BUCKETS = MAX_BUCKETS = DISTANCE_BUCKETS
 #: near the CPU's cache, and a causal block's sources end closer to its rows
 ROWS = 64
 
+#: recomputed α keeps a group per key/value head up to this many key/value heads
+GROUPED_KV = 2
+
 
 def check_buckets(buckets: int) -> int:
     """``analysis.distance_buckets``, checked: 2 to :data:`MAX_BUCKETS` (with fewer, the
@@ -85,22 +88,39 @@ def head_mix(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.cat([low.transpose(-1, -2), mean], dim=-2).to(dtype)
 
 
-def pair_values(alpha: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
-    """‖a_ij‖ and ᾱ_ij of a block of query rows, source-major: alpha [batch, sources,
-    heads, rows], mix [batch, sources, heads + 1, heads] (:func:`head_mix`) → [2 (norm,
-    weight), batch, sources, rows].
+def grouped_mix(mix: torch.Tensor, groups: int) -> torch.Tensor:
+    """:func:`head_mix`'s [batch, seq, heads + 1, heads] split by groups of heads (columns),
+    each contiguous: [groups, batch, seq, heads + 1, heads / groups]."""
+    *lead, out, heads = mix.shape
+    split = mix.reshape(*lead, out, groups, heads // groups)
+    return split.permute(3, 0, 1, 2, 4).contiguous()
 
-    One batched matmul over the sources ([heads + 1, heads] × [heads, rows] each) and a
-    sum of squares over the heads; both quantities in one [2, …] view of its output."""
-    batch, cols, heads, rows = alpha.shape
-    t = torch.bmm(mix[:, :cols].reshape(batch * cols, heads + 1, heads),
-                  alpha.reshape(batch * cols, heads, rows))  # fmt: skip
-    t = t.view(batch, cols, heads + 1, rows)  # (L_jᵀ α_ij, ᾱ_ij)
-    norms = t[:, :, heads - 1].square_()  # Σ_h (L_jᵀ α_ij)_h² in L's last row's place
+
+def pair_values(alpha: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
+    """‖a_ij‖ and ᾱ_ij of a block of query rows, source-major: alpha [batch, groups,
+    sources, heads per group, rows] (heads = groups × heads per group, in order), mix
+    [groups, batch, seq, heads + 1, heads per group] (:func:`grouped_mix`, seq ≥ sources)
+    → [2 (norm, weight), batch, sources, rows].
+
+    One batched matmul over the sources per group of heads ([heads + 1, heads per group] ×
+    [heads per group, rows] each, summed over the groups) and a sum of squares over the
+    heads; both quantities in one [2, …] view of its output."""
+    batch, groups, cols, per, rows = alpha.shape
+    heads = groups * per
+    t = torch.empty(batch * cols, heads + 1, rows, dtype=alpha.dtype, device=alpha.device)
+    for c in range(groups):
+        m = mix[c, :, :cols].reshape(batch * cols, heads + 1, per)
+        a = alpha[:, c].reshape(batch * cols, per, rows)
+        if c:
+            t.baddbmm_(m, a)
+        else:
+            torch.bmm(m, a, out=t)
+    t4 = t.view(batch, cols, heads + 1, rows)  # (L_jᵀ α_ij, ᾱ_ij)
+    norms = t4[:, :, heads - 1].square_()  # Σ_h (L_jᵀ α_ij)_h² in L's last row's place
     for h in range(heads - 1):  # (no reduction over a middle dimension: slow on the CPU)
-        norms.addcmul_(t[:, :, h], t[:, :, h])
+        norms.addcmul_(t4[:, :, h], t4[:, :, h])
     norms.sqrt_()
-    return t[:, :, heads - 1 :].movedim(2, 0)  # [2 (norm, weight), batch, sources, rows]
+    return t4[:, :, heads - 1 :].movedim(2, 0)  # [2 (norm, weight), batch, sources, rows]
 
 
 def _edges(start: int, stop: int, seq: int, buckets: int, device: torch.device) -> torch.Tensor:
@@ -138,12 +158,17 @@ def row_blocks(
     dtype: torch.dtype,
     budget: int = BLOCK_SCORES,
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """(start, α of the block's rows source-major [batch, sources, heads, rows]) over every
-    query row; ``shape`` (batch, heads, seq)."""
+    """(start, α of the block's rows source-major [batch, groups, sources, heads per group,
+    rows]) over every query row (:func:`pair_values`); ``shape`` (batch, heads, seq).
+
+    Recomputed α with few key/value heads (≤ :data:`GROUPED_KV`) stays in the score
+    matmul's layout, a group per key/value head (its exp in place, the pair matmul summed
+    over the groups); with more, one transpose on the exp makes one group of all heads
+    (each group's matmul is a call over every source: many small groups cost more)."""
     batch, heads, seq = shape
     rows = min(block_rows(batch, heads, seq, budget), ROWS)
     if full is None and scores is not None:
-        yield from scores.source_blocks(rows, dtype)
+        yield from scores.source_blocks(rows, dtype, scores.key.shape[1] <= GROUPED_KV)
         return
     for start in range(0, seq, rows):
         yield start, alpha_sources(full, scores, start, min(seq, start + rows), dtype)
@@ -162,10 +187,14 @@ def distance_sums(
     α's rows from ``scores``; ``values`` [batch, seq, kv_heads · head_dim]."""
     batch, seq = values.shape[:2]
     mix = head_mix(head_grams(values, p, budget), values.dtype)  # [batch, seq, h + 1, h]
+    mixes: dict[int, torch.Tensor] = {}  # by the blocks' groups of heads
     out = torch.empty(2, buckets, batch, seq, dtype=torch.float64, device=values.device)
     for start, alpha in row_blocks(full, scores, (batch, p.heads, seq), values.dtype, budget):
         stop = start + alpha.shape[-1]
-        sums = bucket_sums(pair_values(alpha, mix), start, buckets)  # [2, batch, K, rows]
+        groups = alpha.shape[1]
+        if groups not in mixes:
+            mixes[groups] = grouped_mix(mix, groups)
+        sums = bucket_sums(pair_values(alpha, mixes[groups]), start, buckets)  # [2, b, K, rows]
         out[:, :, :, start:stop] = sums.transpose(1, 2)
     return out
 
