@@ -165,11 +165,22 @@ def alpha_sources(
     from the eager weights ``full`` (transposed) where the block has them, else
     recomputed."""
     if full is not None:
-        block = full[:, :, start:stop]  # [batch, heads, rows, seq]
-        reach = block.amax(dim=(0, 1, 2)).nonzero()  # sources with a weight
-        cols = int(reach[-1, 0]) + 1 if len(reach) else 1
-        src = block[..., :cols].permute(0, 3, 1, 2)  # [batch, sources, heads, rows]
+        cols = alpha_reach(full, None, start, stop)
+        src = full[:, :, start:stop, :cols].permute(0, 3, 1, 2)  # [batch, sources, heads, rows]
         return src.to(dtype, memory_format=torch.contiguous_format).unsqueeze(1)
     if scores is None:
         raise ValueError("no attention weights: neither the eager weights nor the scores")
     return scores.sources(start, stop, dtype)
+
+
+def alpha_reach(
+    full: torch.Tensor | None, scores: ScoreInputs | None, start: int, stop: int
+) -> int:
+    """How many leading sources can have a weight for query rows ``start:stop``: from the
+    eager weights (the last with one), else :meth:`ScoreInputs.reach`."""
+    if full is not None:
+        reach = full[:, :, start:stop].amax(dim=(0, 1, 2)).nonzero()  # sources with a weight
+        return int(reach[-1, 0]) + 1 if len(reach) else 1
+    if scores is None:
+        raise ValueError("no attention weights: neither the eager weights nor the scores")
+    return scores.reach(start, stop)

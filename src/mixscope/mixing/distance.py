@@ -21,15 +21,24 @@ import torch
 
 from mixscope.choices import DISTANCE_BUCKETS
 from mixscope.errors import MixscopeError
-from mixscope.mixing.alpha_rows import BLOCK_SCORES, ScoreInputs, alpha_sources, block_rows
+from mixscope.mixing.alpha_rows import (
+    BLOCK_SCORES,
+    ScoreInputs,
+    alpha_reach,
+    alpha_sources,
+    block_rows,
+)
 from mixscope.mixing.block_tensors import BlockParams, head_values
 
 #: the buckets of the default profile: δ = 1, 2–3, 4–7, …, 1024–2047, ≥ 2048; also the
 #: most a run may ask for (the group's stored columns are fixed: their codes are stable)
 DEFAULT_BUCKETS = MAX_BUCKETS = DISTANCE_BUCKETS
 
-#: query rows per block at most: a block's arrays ([batch, sources, heads, rows]) stay
-#: near the CPU's cache, and a causal block's sources end closer to its rows
+#: query rows per block at most where the first rows do not reach every source (causal,
+#: left padding): a causal block's sources end closer to its rows (less of the masked
+#: triangle scored) and its arrays stay near the CPU's cache. Where every block reaches
+#: every source (an encoder), blocks as large as the memory budget allows: fewer, larger
+#: per-source matmuls (MiniLM at n = 512: 0.54x the time of 64-row blocks on the CPU)
 ROWS = 64
 
 #: recomputed α keeps a group per key/value head up to this many key/value heads
@@ -166,7 +175,9 @@ def row_blocks(
     over the groups); with more, one transpose on the exp makes one group of all heads
     (each group's matmul is a call over every source: many small groups cost more)."""
     batch, heads, seq = shape
-    rows = min(block_rows(batch, heads, seq, budget), ROWS)
+    rows = block_rows(batch, heads, seq, budget)
+    if alpha_reach(full, scores, 0, min(seq, ROWS)) < seq:
+        rows = min(rows, ROWS)
     if full is None and scores is not None:
         yield from scores.source_blocks(rows, dtype, scores.key.shape[1] <= GROUPED_KV)
         return
