@@ -15,6 +15,7 @@ LSE), held only until the block's measures are computed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -110,22 +111,33 @@ class ScoreInputs:
         if self.softcap is not None:
             s = s.div_(self.softcap).tanh_().mul_(self.softcap)
             s.sub_(lse.reshape(batch, kv, 1, group, rows))
+        mask = None
         if self.mask is not None:
             m = self.mask[..., start:stop, :cols]  # [b | 1, 1 | heads, rows, sources]
             m = m.reshape(m.shape[0], kv, group, rows, cols) if m.shape[1] > 1 else m[:, :, None]
             m = m.permute(0, 1, 4, 2, 3)  # [b | 1, kv | 1, sources, group | 1, rows]
             if m.dtype == torch.bool:
-                s.masked_fill_(~m, float("-inf"))
+                mask = ~m
             else:
                 s.add_(m.to(dtype))
+                mask = torch.isneginf(m)
+        floor = _floor(dtype, s.device)
+        if floor is not None:  # no exp below it: see _floor
+            s.clamp_min_(floor)
+        if grouped:  # [batch, kv, sources, group, rows]: the matmul's own layout
+            a = s.exp_()
+        else:
+            out = torch.empty(batch, cols, kv, group, rows, dtype=dtype, device=s.device)
+            a = torch.exp(s, out=out.permute(0, 2, 1, 3, 4))  # the s-shaped view of out
+        # masked weights exactly 0 (after the exp: exp(−inf) is slow on the CPU)
+        if mask is not None:
+            a.masked_fill_(mask, 0.0)
         if self.causal and stop - start > 1:  # keys after the query, within the block
             i = torch.arange(start, stop, device=s.device)
             later = (i[:, None] > i[None, :])[:, None, :]  # [j, 1, i]: j > i
-            s[:, :, start:stop].masked_fill_(later, float("-inf"))
-        if grouped:  # [batch, kv, sources, group, rows]: the matmul's own layout
-            return s.exp_()
-        out = torch.empty(batch, cols, kv, group, rows, dtype=dtype, device=s.device)
-        torch.exp(s, out=out.permute(0, 2, 1, 3, 4))
+            a[:, :, start:stop].masked_fill_(later, 0.0)
+        if grouped:
+            return a
         return out.view(batch, 1, cols, heads, rows)
 
     def reach(self, start: int, stop: int) -> int:
@@ -138,6 +150,22 @@ class ScoreInputs:
             kept = self.mask[..., start:stop, :].flatten(0, -2).any(dim=0).nonzero()
             return int(kept[-1, 0]) + 1 if len(kept) else 1
         return seq
+
+
+def _floor(dtype: torch.dtype, device: torch.device) -> float | None:
+    """The least log-weight on the CPU: log(tiny) / 3 (float32: α ≥ 2e-13, float64:
+    α ≥ 3e-103), None elsewhere (no slow paths to avoid).
+
+    On the CPU, exp of −inf or of anything below about −87 (float32) takes a slow path
+    (50–100x: 4x the exp of MiniLM's real attention), and subnormal numbers cost ~100
+    cycles in every later multiply (the pair matmul 50x, the squares of the norms).
+    Scores clamped at the floor before the exp keep every weight and every square of
+    ‖L_jᵀ α_ij‖'s parts normal; masked weights are set to exactly 0 after the exp. A
+    weight below exp(floor) is raised to it: at most seq · 2e-13 of a row's weight
+    (float32), far below the 1e-5 the measures are held to."""
+    if device.type != "cpu" or dtype not in (torch.float32, torch.float64):
+        return None
+    return math.log(torch.finfo(dtype).tiny) / 3
 
 
 def block_rows(batch: int, heads: int, seq: int, budget: int = BLOCK_SCORES) -> int:
@@ -167,7 +195,11 @@ def alpha_sources(
     if full is not None:
         cols = alpha_reach(full, None, start, stop)
         src = full[:, :, start:stop, :cols].permute(0, 3, 1, 2)  # [batch, sources, heads, rows]
-        return src.to(dtype, memory_format=torch.contiguous_format).unsqueeze(1)
+        out = src.to(dtype, memory_format=torch.contiguous_format)
+        floor = _floor(dtype, out.device)
+        if floor is not None:  # no subnormal weights into the pair matmul (_floor)
+            torch.nn.functional.threshold(out, math.exp(floor), 0.0, inplace=True)
+        return out.unsqueeze(1)
     if scores is None:
         raise ValueError("no attention weights: neither the eager weights nor the scores")
     return scores.sources(start, stop, dtype)
