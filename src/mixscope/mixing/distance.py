@@ -5,12 +5,14 @@ for j > i, so there δ = i − j), buckets ``B_0 = {1}, B_1 = {2, 3}, …, B_b =
 the last one open-ended. Per bucket, the sum of the per-pair norms ‖a_ij‖ of the ATTN parts
 ``a_ij = Σ_h α^h_ij f^h(x_j)`` and the sum of the head-mean weights ᾱ_ij.
 
-No [seq, seq, hidden] tensor: ‖a_ij‖² = α_ijᵀ G_j α_ij with α_ij the [heads] vector of
-head weights and G_j = U_j U_jᵀ the [heads, heads] Gram matrix of the per-head vectors
-f^h(x_j) (built in token chunks: no [heads, seq, hidden] tensor either). α comes block of
-query rows by block (mixing/alpha_rows.py), so memory is O(seq · rows); per block, a
-prefix sum over j of the norms and the weights gives every bucket's sum as the difference
-of two prefix sums at the bucket's edges (both sides of i, self excluded).
+No [seq, seq, hidden] tensor: ‖a_ij‖² = α_ijᵀ G_j α_ij = ‖L_jᵀ α_ij‖² with α_ij the [heads]
+vector of head weights, G_j = U_j U_jᵀ the [heads, heads] Gram matrix of the per-head vectors
+f^h(x_j) (built in token chunks: no [heads, seq, hidden] tensor either) and L_j its Cholesky
+factor. α comes a block of query rows at a time, source-major ([batch, groups, sources,
+heads per group, rows]; mixing/alpha_rows.py), so memory is O(seq · rows); per block one
+batched matmul per source, M_j = [L_jᵀ; 1/heads] times α_ij, gives both the norm's parts and
+ᾱ_ij, and a prefix sum over j of the norms and the weights gives every bucket's sum as the
+difference of two prefix sums at the bucket's edges (both sides of i, self excluded).
 """
 
 from __future__ import annotations
