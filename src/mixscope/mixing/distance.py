@@ -155,11 +155,10 @@ def bucket_sums(pairs: torch.Tensor, start: int, buckets: int) -> torch.Tensor:
     *lead, cols, rows = pairs.shape
     # the scan runs along the last dimension of the transposed view (a row's sources):
     # along a middle one, torch's CPU cumsum is 2x slower
-    prefix = torch.empty(*lead, rows, cols + 1, dtype=torch.float64, device=pairs.device)
-    prefix[..., 0] = 0
-    torch.cumsum(pairs.mT, dim=-1, dtype=torch.float64, out=prefix[..., 1:])  # C[m] = Σ_{j<m}
+    prefix = torch.cumsum(pairs.mT, dim=-1, dtype=torch.float64)  # C[m + 1] = Σ_{j≤m}
     edges = _edges(start, start + rows, cols, buckets, pairs.device).mT  # [rows, 2K + 2]
-    at = prefix.gather(-1, edges.expand(*lead, *edges.shape)).mT  # [..., 2K + 2, rows]
+    at = prefix.gather(-1, (edges - 1).clamp_min_(0).expand(*lead, *edges.shape))
+    at = at.masked_fill_(edges == 0, 0.0).mT  # C[0] = 0   [..., 2K + 2, rows]
     before, after = at[..., : buckets + 1, :], at[..., buckets + 1 :, :]
     return (before[..., :-1, :] - before[..., 1:, :]) + (after[..., 1:, :] - after[..., :-1, :])
 
