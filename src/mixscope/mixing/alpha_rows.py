@@ -15,6 +15,7 @@ LSE), held only until the block's measures are computed.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,23 +68,31 @@ class ScoreInputs:
         self, rows: int, dtype: torch.dtype, grouped: bool = False
     ) -> Iterator[tuple[int, torch.Tensor]]:
         """(start, :meth:`sources` of rows ``start:start + rows``) over every query row, the
-        keys prepared once."""
+        operands prepared once."""
         seq = self.query.shape[2]
-        keys = self.keys(dtype)
+        ops = self.operands(dtype)
         for start in range(0, seq, rows):
-            yield start, self.sources(start, min(seq, start + rows), dtype, keys, grouped)
+            yield start, self.sources(start, min(seq, start + rows), dtype, ops, grouped)
 
-    def keys(self, dtype: torch.dtype) -> torch.Tensor:
-        """The keys :meth:`sources` scores against: k' = (k_j, 1) without a score cap."""
+    def operands(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What :meth:`sources` multiplies, for every row: (q', k', LSE) with q' = (scale ·
+        q_i, −LSE_i) and k' = (k_j, 1) without a score cap (scale · q_i and k_j with one),
+        LSE +inf where a row has no key (a padded query: no weights, whatever LSE says)."""
+        lse = self.lse.to(dtype)  # [batch, heads, seq]
+        lse = torch.where(torch.isfinite(lse), lse, float("inf"))
+        q = self.query.to(dtype) * self.scale  # [batch, heads, seq, head_dim]
         k = self.key.to(dtype)  # [batch, kv_heads, seq, head_dim]
-        return k if self.softcap is not None else torch.cat([k, torch.ones_like(k[..., :1])], -1)
+        if self.softcap is None:
+            q = torch.cat([q, -lse.unsqueeze(-1)], dim=-1)
+            k = torch.cat([k, torch.ones_like(k[..., :1])], dim=-1)
+        return q, k, lse
 
     def sources(
         self,
         start: int,
         stop: int,
         dtype: torch.dtype,
-        keys: torch.Tensor | None = None,
+        ops: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
         grouped: bool = False,
     ) -> torch.Tensor:
         """α of query rows ``start:stop`` source-major, for the sources that can have a
@@ -94,23 +103,19 @@ class ScoreInputs:
         fewer passes over the block: −LSE_i rides in the score matmul as one more
         dimension (q' = (scale · q_i, −LSE_i), k' = (k_j, 1); without a score cap), the
         transpose rides on the exp, and a causal block's later keys are never scored.
-        ``keys``: :meth:`keys`, where a caller has them."""
+        ``ops``: :meth:`operands`, where a caller has them."""
         cols = self.reach(start, stop)
-        q = self.query[:, :, start:stop].to(dtype) * self.scale  # [batch, heads, rows, head_dim]
-        k = (self.keys(dtype) if keys is None else keys)[:, :, :cols]  # [b, kv, sources, ·]
+        q_all, k_all, lse_all = self.operands(dtype) if ops is None else ops
+        q = q_all[:, :, start:stop]  # [batch, heads, rows, head_dim (+ 1)]
+        k = k_all[:, :, :cols]  # [batch, kv_heads, sources, head_dim (+ 1)]
         batch, heads, rows, _ = q.shape
         kv = k.shape[1]
         group = heads // kv
-        lse = self.lse[:, :, start:stop].to(dtype)  # [batch, heads, rows]
-        # a fully masked row (a padded query) has no weights, whatever its LSE says
-        lse = torch.where(torch.isfinite(lse), lse, float("inf"))
-        if self.softcap is None:
-            q = torch.cat([q, -lse.unsqueeze(-1)], dim=-1)  # q'
         s = k @ q.reshape(batch, kv, group * rows, -1).transpose(-1, -2)  # [b, kv, j, g·rows]
         s = s.view(batch, kv, cols, group, rows)
         if self.softcap is not None:
             s = s.div_(self.softcap).tanh_().mul_(self.softcap)
-            s.sub_(lse.reshape(batch, kv, 1, group, rows))
+            s.sub_(lse_all[:, :, start:stop].reshape(batch, kv, 1, group, rows))
         mask = None
         if self.mask is not None:
             m = self.mask[..., start:stop, :cols]  # [b | 1, 1 | heads, rows, sources]
@@ -133,9 +138,7 @@ class ScoreInputs:
         if mask is not None:
             a.masked_fill_(mask, 0.0)
         if self.causal and stop - start > 1:  # keys after the query, within the block
-            i = torch.arange(start, stop, device=s.device)
-            later = (i[:, None] > i[None, :])[:, None, :]  # [j, 1, i]: j > i
-            a[:, :, start:stop].masked_fill_(later, 0.0)
+            a[:, :, start:stop].masked_fill_(_later(stop - start, s.device), 0.0)
         if grouped:
             return a
         return out.view(batch, 1, cols, heads, rows)
@@ -150,6 +153,13 @@ class ScoreInputs:
             kept = self.mask[..., start:stop, :].flatten(0, -2).any(dim=0).nonzero()
             return int(kept[-1, 0]) + 1 if len(kept) else 1
         return seq
+
+
+@functools.lru_cache(maxsize=8)
+def _later(rows: int, device: torch.device) -> torch.Tensor:
+    """[rows (j), 1, rows (i)]: j > i, a causal block's keys after its query."""
+    i = torch.arange(rows, device=device)
+    return (i[:, None] > i[None, :])[:, None, :]
 
 
 def _floor(dtype: torch.dtype, device: torch.device) -> float | None:

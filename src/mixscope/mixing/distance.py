@@ -147,16 +147,23 @@ def _edges(start: int, stop: int, seq: int, buckets: int, device: torch.device) 
     return torch.cat([before, after], dim=0).clamp_(0, seq)  # [2K + 2, rows]
 
 
-def bucket_sums(pairs: torch.Tensor, start: int, buckets: int) -> torch.Tensor:
+def bucket_sums(
+    pairs: torch.Tensor, start: int, buckets: int, edges: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-bucket sums over sources j ≠ i of ``pairs`` [..., sources, rows] (source-major;
     rows from query ``start``; sources past the last given add nothing): [..., K, rows],
     summed in float64 (a long row's prefix sums stay exact enough that their differences
-    keep a near bucket's small share)."""
+    keep a near bucket's small share). ``edges``: :func:`_edges` of these rows over the
+    whole sequence, where a caller has them."""
     *lead, cols, rows = pairs.shape
     # the scan runs along the last dimension of the transposed view (a row's sources):
     # along a middle one, torch's CPU cumsum is 2x slower
     prefix = torch.cumsum(pairs.mT, dim=-1, dtype=torch.float64)  # C[m + 1] = Σ_{j≤m}
-    edges = _edges(start, start + rows, cols, buckets, pairs.device).mT  # [rows, 2K + 2]
+    if edges is None:
+        edges = _edges(start, start + rows, cols, buckets, pairs.device)
+    else:  # the rows' slice of _edges over the whole sequence: its sources end at cols
+        edges = edges.clamp_max(cols)
+    edges = edges.mT  # [rows, 2K + 2]
     at = prefix.gather(-1, (edges - 1).clamp_min_(0).expand(*lead, *edges.shape))
     at = at.masked_fill_(edges == 0, 0.0).mT  # C[0] = 0   [..., 2K + 2, rows]
     before, after = at[..., : buckets + 1, :], at[..., buckets + 1 :, :]
@@ -203,12 +210,14 @@ def distance_sums(
     mix = head_mix(head_grams(values, p, budget), values.dtype)  # [batch, seq, h + 1, h]
     mixes: dict[int, torch.Tensor] = {}  # by the blocks' groups of heads
     out = torch.empty(2, buckets, batch, seq, dtype=torch.float64, device=values.device)
+    edges = _edges(0, seq, seq, buckets, values.device)  # [2K + 2, seq]
     for start, alpha in row_blocks(full, scores, (batch, p.heads, seq), values.dtype, budget):
         stop = start + alpha.shape[-1]
         groups = alpha.shape[1]
         if groups not in mixes:
             mixes[groups] = grouped_mix(mix, groups)
-        sums = bucket_sums(pair_values(alpha, mixes[groups]), start, buckets)  # [2, b, K, rows]
+        pairs = pair_values(alpha, mixes[groups])  # [2, batch, sources, rows]
+        sums = bucket_sums(pairs, start, buckets, edges[:, start:stop])  # [2, b, K, rows]
         out[:, :, :, start:stop] = sums.transpose(1, 2)
     return out
 
