@@ -14,6 +14,10 @@ Measured side by side in one run, on the same model, batch and machine:
    and fast paper + distance, each n in a fresh process on the CPU (peak RSS increase),
    ``max_memory_allocated`` on CUDA. Printed: each peak, its ratio to the same mode's peak
    at 1k and to the previous n's (2 per doubling is linear, 4 quadratic).
+3. **Pieces.** One layer's distance sums (the first layer's inputs, as the engine handed
+   them to mixing/distance.py) timed piece by piece beside the SDPA forward's time per
+   layer: the Grams and their factors, α recomputed from q, k and LSE, the per-pair norms
+   and weights, the bucket prefix sums; what caps the ratio where a goal is not met.
 
     python benchmarks/distance.py                  # CPU (~10 minutes on 2 cores)
     python benchmarks/distance.py --quick          # smoke test
@@ -72,7 +76,44 @@ def time_case(label: str, kind: str, loaded, n: int, args: argparse.Namespace) -
         "sdpa_ms": 1e3 * sorted(times["sdpa"])[len(times["sdpa"]) // 2],
         "paper": paired_ratio(times["paper"], times["sdpa"]),
         "distance": paired_ratio(times["distance"], times["sdpa"]),
+        "pieces": pieces(loaded, inputs, methods["sdpa"], args),
     }
+
+
+def pieces(loaded, inputs: dict, forward, args: argparse.Namespace) -> dict[str, float]:
+    """Milliseconds of one layer's distance sums, piece by piece, and of the SDPA forward
+    per layer (medians of interleaved repetitions)."""
+    from mixscope.mixing import distance as D
+
+    captured: list[tuple] = []
+    real = D.distance_sums
+
+    def spy(*a, **k):
+        captured.append((a, k))
+        return real(*a, **k)
+
+    D.distance_sums = spy
+    try:
+        A.analysis_fn(loaded, inputs, "fast", "paper,distance")()
+    finally:
+        D.distance_sums = real
+    (full, scores, values, p), kw = captured[0][0][:4], captured[0][1]
+    shape = (values.shape[0], p.heads, values.shape[1])
+    blocks = list(D.row_blocks(full, scores, shape, values.dtype))
+    mix = D.grouped_mix(D.head_mix(D.head_grams(values, p), values.dtype), blocks[0][1].shape[1])
+    pairs = [(start, D.pair_values(alpha, mix)) for start, alpha in blocks]
+    methods = {
+        "forward": forward,
+        "all": lambda: real(*captured[0][0], **kw),
+        "grams": lambda: D.head_mix(D.head_grams(values, p), values.dtype),
+        "alpha": lambda: [a.shape for _, a in D.row_blocks(full, scores, shape, values.dtype)],
+        "pairs": lambda: [D.pair_values(a, mix).shape for _, a in blocks],
+        "buckets": lambda: [D.bucket_sums(x, start, 12).shape for start, x in pairs],
+    }
+    times = interleaved(methods, max(3, args.reps), synchronizer(values.device), warmup=1)
+    out = {k: 1e3 * sorted(v)[len(v) // 2] for k, v in times.items()}
+    out["forward"] /= len(captured)  # per layer
+    return out
 
 
 def time_table(args: argparse.Namespace) -> list[dict]:
@@ -114,9 +155,30 @@ def report(times: list[dict], memory: list[dict], args: argparse.Namespace) -> l
             f"| {t['model']} | {t['n']:,} | {t['sdpa_ms']:,.1f} ms | {t['paper']:.2f}× "
             f"| **{t['distance']:.2f}×** | ≤ {goal}× ({met}) |"
         )
+    lines += ["", _pieces_text(times)]
     if memory:
         lines += ["", _memory_text(memory, dev)]
     return lines
+
+
+def _pieces_text(times: list[dict]) -> str:
+    """One layer's distance sums piece by piece (ms, and × the forward's time per layer)."""
+    out = [
+        "One layer's distance sums piece by piece (ms; in brackets × the SDPA forward's time "
+        "per layer), each timed alone on the first layer's inputs:",
+        "",
+        "| model | forward / layer | distance / layer | Grams + factors | α recomputed "
+        "| per-pair norms + weights | bucket sums |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in times:
+        p = t["pieces"]
+        f = p["forward"]
+        cells = " | ".join(
+            f"{p[k]:,.1f} ({p[k] / f:.2f}×)" for k in ("all", "grams", "alpha", "pairs", "buckets")
+        )
+        out.append(f"| {t['model']} | {f:,.1f} | {cells} |")
+    return "\n".join(out)
 
 
 def _memory_text(memory: list[dict], dev: torch.device) -> str:

@@ -10,6 +10,8 @@ fast path's recomputed rows against the eager weights, and a bucket count below 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -102,7 +104,11 @@ def test_verify_passes(tiny, family, dtype):
 
 def test_verify_catches_weights_in_place_of_norms(tiny, monkeypatch):
     model, tok = tiny("llama-gqa2", torch.float64)
-    monkeypatch.setattr(D, "pair_norms_of", lambda alpha, gram: alpha.mean(dim=1))
+
+    def weights_as_norms(alpha: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
+        return alpha.transpose(1, 2).flatten(2, 3).mean(dim=2).expand(2, -1, -1, -1)
+
+    monkeypatch.setattr(D, "pair_values", weights_as_norms)
     with pytest.raises(ExactnessError, match=r"‖a_ij‖"):
         mixscope.analyze((model, tok), TEXTS, measures="distance", verify=True)
 
@@ -128,12 +134,17 @@ def test_buckets_by_hand():
     # one row, query i = 4 of 7 tokens, pair values 10^j: sources 3 (δ1), 5 (δ1), 2 and 6
     # (δ2), 1 and 0 (δ3, δ4)
     pairs = torch.tensor([[1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]])
-    got = D.bucket_sums(pairs, start=4, buckets=3)  # buckets {1}, {2, 3}, {4, ...}
+    got = D.bucket_sums(pairs.mT, start=4, buckets=3).mT  # buckets {1}, {2, 3}, {4, ...}
     assert got.tolist() == [[1e3 + 1e5, 100.0 + 10.0 + 1e6, 1.0]]
+    # sources past the last one given (a causal block's later keys) add nothing
+    assert torch.equal(D.bucket_sums(pairs[:, :5].mT, 4, 3), D.bucket_sums(
+        torch.cat([pairs[:, :5], torch.zeros(1, 2)], 1).mT, 4, 3))  # fmt: skip
     # every row of an 8-token block split in two blocks of rows: the same sums
     full = torch.rand(2, 8, 8, dtype=torch.float64)
-    whole = D.bucket_sums(full, 0, 12)
-    parts = torch.cat([D.bucket_sums(full[:, :3], 0, 12), D.bucket_sums(full[:, 3:], 3, 12)], 1)
+    whole = D.bucket_sums(full.mT, 0, 12).mT  # [2, rows, K]
+    parts = torch.cat(
+        [D.bucket_sums(full[:, :3].mT, 0, 12).mT, D.bucket_sums(full[:, 3:].mT, 3, 12).mT], 1
+    )
     assert torch.equal(whole, parts)
     loop = torch.zeros(2, 8, 12, dtype=torch.float64)
     for i in range(8):
@@ -176,6 +187,16 @@ def test_recomputed_rows_equal_the_softmax(masking, softcap):
     scores = ScoreInputs(q, k, mask, torch.logsumexp(s, -1), scale, masking == "causal", softcap)
     got = torch.cat([scores.rows(0, 4, torch.float64), scores.rows(4, n, torch.float64)], 2)
     assert torch.allclose(got, want, rtol=0, atol=1e-12)
+    # source-major, the sources that can have a weight: the same numbers, transposed
+    for (start, stop), grouped in itertools.product(((0, 4), (4, n), (3, 4)), (False, True)):
+        src = scores.sources(start, stop, torch.float64, grouped=grouped)
+        assert src.shape[1] == (kv if grouped else 1)  # [b, groups, sources, h / groups, rows]
+        src = src.transpose(1, 2).flatten(2, 3)  # [b, sources, h, rows]
+        cols = src.shape[1]
+        assert cols == (stop if masking == "causal" else n)
+        rows = want[:, :, start:stop].permute(0, 3, 1, 2)  # [b, n, h, rows]
+        assert torch.allclose(src, rows[:, :cols], rtol=0, atol=1e-12)
+        assert (rows[:, cols:] == 0).all()
 
 
 def test_small_blocks_give_the_same_profile(tiny):
@@ -196,8 +217,19 @@ def test_small_blocks_give_the_same_profile(tiny):
     # the materialised per-pair norms, by hand
     f = torch.einsum("bjhe,dhe->bhjd", values.reshape(b, n, h, e), p.w_out.reshape(d, h, e))
     a = torch.einsum("bhij,bhjd->bijd", alpha, f)
-    norms = D.pair_norms_of(alpha, D.head_grams(values, p, budget=b * h * d))
+    mix = D.head_mix(D.head_grams(values, p, budget=b * h * d), torch.float64)
+    src = alpha.permute(0, 3, 1, 2)[:, None]  # [b, 1, sources, h, rows]
+    norms, weights = D.pair_values(src, mix[None]).mT  # [b, rows, sources]
     assert torch.allclose(norms, torch.linalg.vector_norm(a, dim=-1), rtol=1e-10, atol=1e-12)
+    assert torch.allclose(weights, alpha.mean(dim=1), rtol=0, atol=1e-15)
+    # a singular Gram matrix (two heads' vectors equal): the eigen factor, still exact
+    values[..., e : 2 * e] = values[..., :e]
+    p.w_out[:, e : 2 * e] = p.w_out[:, :e]
+    mix = D.head_mix(D.head_grams(values, p), torch.float64)
+    f = torch.einsum("bjhe,dhe->bhjd", values.reshape(b, n, h, e), p.w_out.reshape(d, h, e))
+    a = torch.einsum("bhij,bhjd->bijd", alpha, f)
+    norms = D.pair_values(alpha.permute(0, 3, 1, 2)[:, None], mix[None])[0].mT
+    assert torch.allclose(norms, torch.linalg.vector_norm(a, dim=-1), rtol=1e-7, atol=1e-10)
 
 
 def test_fewer_buckets_merge_the_far_ones(tiny):

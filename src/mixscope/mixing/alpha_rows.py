@@ -15,6 +15,9 @@ LSE), held only until the block's measures are computed.
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +64,119 @@ class ScoreInputs:
         s.sub_(torch.where(torch.isfinite(lse), lse, float("inf"))).exp_()
         return s
 
+    def source_blocks(
+        self, rows: int, dtype: torch.dtype, grouped: bool = False
+    ) -> Iterator[tuple[int, torch.Tensor]]:
+        """(start, :meth:`sources` of rows ``start:start + rows``) over every query row, the
+        operands prepared once."""
+        seq = self.query.shape[2]
+        ops = self.operands(dtype)
+        for start in range(0, seq, rows):
+            yield start, self.sources(start, min(seq, start + rows), dtype, ops, grouped)
+
+    def operands(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What :meth:`sources` multiplies, for every row: (q', k', LSE) with q' = (scale ·
+        q_i, −LSE_i) and k' = (k_j, 1) without a score cap (scale · q_i and k_j with one),
+        LSE +inf where a row has no key (a padded query: no weights, whatever LSE says)."""
+        lse = self.lse.to(dtype)  # [batch, heads, seq]
+        lse = torch.where(torch.isfinite(lse), lse, float("inf"))
+        q = self.query.to(dtype) * self.scale  # [batch, heads, seq, head_dim]
+        k = self.key.to(dtype)  # [batch, kv_heads, seq, head_dim]
+        if self.softcap is None:
+            q = torch.cat([q, -lse.unsqueeze(-1)], dim=-1)
+            k = torch.cat([k, torch.ones_like(k[..., :1])], dim=-1)
+        return q, k, lse
+
+    def sources(
+        self,
+        start: int,
+        stop: int,
+        dtype: torch.dtype,
+        ops: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        grouped: bool = False,
+    ) -> torch.Tensor:
+        """α of query rows ``start:stop`` source-major, for the sources that can have a
+        weight (``sources`` = :meth:`reach`): [batch, 1, sources, heads, rows], or with
+        ``grouped`` [batch, kv_heads, sources, heads per kv head, rows] (no transpose).
+
+        The same numbers as :meth:`rows` transposed (α^h_ij at [b, ·, j, h, i − start]) in
+        fewer passes over the block: −LSE_i rides in the score matmul as one more
+        dimension (q' = (scale · q_i, −LSE_i), k' = (k_j, 1); without a score cap), the
+        transpose rides on the exp, and a causal block's later keys are never scored.
+        ``ops``: :meth:`operands`, where a caller has them."""
+        cols = self.reach(start, stop)
+        q_all, k_all, lse_all = self.operands(dtype) if ops is None else ops
+        q = q_all[:, :, start:stop]  # [batch, heads, rows, head_dim (+ 1)]
+        k = k_all[:, :, :cols]  # [batch, kv_heads, sources, head_dim (+ 1)]
+        batch, heads, rows, _ = q.shape
+        kv = k.shape[1]
+        group = heads // kv
+        s = k @ q.reshape(batch, kv, group * rows, -1).transpose(-1, -2)  # [b, kv, j, g·rows]
+        s = s.view(batch, kv, cols, group, rows)
+        if self.softcap is not None:
+            s = s.div_(self.softcap).tanh_().mul_(self.softcap)
+            s.sub_(lse_all[:, :, start:stop].reshape(batch, kv, 1, group, rows))
+        mask = None
+        if self.mask is not None:
+            m = self.mask[..., start:stop, :cols]  # [b | 1, 1 | heads, rows, sources]
+            m = m.reshape(m.shape[0], kv, group, rows, cols) if m.shape[1] > 1 else m[:, :, None]
+            m = m.permute(0, 1, 4, 2, 3)  # [b | 1, kv | 1, sources, group | 1, rows]
+            if m.dtype == torch.bool:
+                mask = ~m
+            else:
+                s.add_(m.to(dtype))
+                mask = torch.isneginf(m)
+        floor = _floor(dtype, s.device)
+        if floor is not None:  # no exp below it: see _floor
+            s.clamp_min_(floor)
+        if grouped:  # [batch, kv, sources, group, rows]: the matmul's own layout
+            a = s.exp_()
+        else:
+            out = torch.empty(batch, cols, kv, group, rows, dtype=dtype, device=s.device)
+            a = torch.exp(s, out=out.permute(0, 2, 1, 3, 4))  # the s-shaped view of out
+        # masked weights exactly 0 (after the exp: exp(−inf) is slow on the CPU)
+        if mask is not None:
+            a.masked_fill_(mask, 0.0)
+        if self.causal and stop - start > 1:  # keys after the query, within the block
+            a[:, :, start:stop].masked_fill_(_later(stop - start, s.device), 0.0)
+        if grouped:
+            return a
+        return out.view(batch, 1, cols, heads, rows)
+
+    def reach(self, start: int, stop: int) -> int:
+        """How many leading sources can have a weight for query rows ``start:stop``: the
+        block's last row + 1 when causal, the last key a boolean mask keeps, else all."""
+        seq = self.key.shape[2]
+        if self.causal:
+            return stop
+        if self.mask is not None and self.mask.dtype == torch.bool:
+            kept = self.mask[..., start:stop, :].flatten(0, -2).any(dim=0).nonzero()
+            return int(kept[-1, 0]) + 1 if len(kept) else 1
+        return seq
+
+
+@functools.lru_cache(maxsize=8)
+def _later(rows: int, device: torch.device) -> torch.Tensor:
+    """[rows (j), 1, rows (i)]: j > i, a causal block's keys after its query."""
+    i = torch.arange(rows, device=device)
+    return (i[:, None] > i[None, :])[:, None, :]
+
+
+def _floor(dtype: torch.dtype, device: torch.device) -> float | None:
+    """The least log-weight on the CPU: log(tiny) / 3 (float32: α ≥ 2e-13, float64:
+    α ≥ 3e-103), None elsewhere (no slow paths to avoid).
+
+    On the CPU, exp of −inf or of anything below about −87 (float32) takes a slow path
+    (50–100x: 4x the exp of MiniLM's real attention), and subnormal numbers cost ~100
+    cycles in every later multiply (the pair matmul 50x, the squares of the norms).
+    Scores clamped at the floor before the exp keep every weight and every square of
+    ‖L_jᵀ α_ij‖'s parts normal; masked weights are set to exactly 0 after the exp. A
+    weight below exp(floor) is raised to it: at most seq · 2e-13 of a row's weight
+    (float32), far below the 1e-5 the measures are held to."""
+    if device.type != "cpu" or dtype not in (torch.float32, torch.float64):
+        return None
+    return math.log(torch.finfo(dtype).tiny) / 3
+
 
 def block_rows(batch: int, heads: int, seq: int, budget: int = BLOCK_SCORES) -> int:
     """Query rows per block so that one block of weights holds about ``budget`` elements."""
@@ -77,3 +193,36 @@ def alpha_rows(
     if scores is None:
         raise ValueError("no attention weights: neither the eager weights nor the scores")
     return scores.rows(start, stop, dtype)
+
+
+def alpha_sources(
+    full: torch.Tensor | None, scores: ScoreInputs | None, start: int, stop: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """α of query rows ``start:stop`` source-major, [batch, 1, sources, heads, rows], for
+    the leading sources that can have a weight (a causal block's later keys left out):
+    from the eager weights ``full`` (transposed) where the block has them, else
+    recomputed."""
+    if full is not None:
+        cols = alpha_reach(full, None, start, stop)
+        src = full[:, :, start:stop, :cols].permute(0, 3, 1, 2)  # [batch, sources, heads, rows]
+        out = src.to(dtype, memory_format=torch.contiguous_format)
+        floor = _floor(dtype, out.device)
+        if floor is not None:  # no subnormal weights into the pair matmul (_floor)
+            torch.nn.functional.threshold(out, math.exp(floor), 0.0, inplace=True)
+        return out.unsqueeze(1)
+    if scores is None:
+        raise ValueError("no attention weights: neither the eager weights nor the scores")
+    return scores.sources(start, stop, dtype)
+
+
+def alpha_reach(
+    full: torch.Tensor | None, scores: ScoreInputs | None, start: int, stop: int
+) -> int:
+    """How many leading sources can have a weight for query rows ``start:stop``: from the
+    eager weights (the last with one), else :meth:`ScoreInputs.reach`."""
+    if full is not None:
+        reach = full[:, :, start:stop].amax(dim=(0, 1, 2)).nonzero()  # sources with a weight
+        return int(reach[-1, 0]) + 1 if len(reach) else 1
+    if scores is None:
+        raise ValueError("no attention weights: neither the eager weights nor the scores")
+    return scores.reach(start, stop)

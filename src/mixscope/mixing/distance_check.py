@@ -2,9 +2,10 @@
 
 Three residuals, each of which a wrong piece fails:
 
-- the Gram-form per-pair norms sqrt(α_ijᵀ G_j α_ij) against the norms of the materialised
-  per-source vectors ``a_ij = Σ_h α^h_ij f^h(x_j)`` (a wrong head layout, value slice or
-  output-projection block, or weights in place of norms);
+- the Gram-form per-pair norms ‖L_jᵀ α_ij‖ (G_j = L_j L_jᵀ, the group's own computation)
+  against the norms of the materialised per-source vectors ``a_ij = Σ_h α^h_ij f^h(x_j)``
+  (a wrong head layout, value slice, output-projection block or Gram factor, or weights
+  in place of norms);
 - the buckets partition the sources: Σ_b of the bucket sums equals Σ_{j≠i} of the
   materialised norms, and of the head-mean weights (a bucket edge off by one, the token's
   own part counted, a source dropped);
@@ -21,7 +22,7 @@ import torch
 from mixscope.mixing.alpha_rows import BLOCK_SCORES, block_rows
 from mixscope.mixing.block_tensors import per_head_transformed
 from mixscope.mixing.chain import BlockChain
-from mixscope.mixing.distance import distance_sums, head_grams, pair_norms_of
+from mixscope.mixing.distance import distance_sums, head_grams, head_mix, pair_values
 from mixscope.mixing.measures.base import BatchInfo, Residual
 
 
@@ -41,7 +42,7 @@ def distance_residuals(
     alpha = t.full_alpha()  # [batch, heads, seq, seq]
     b, seq = alpha.shape[0], alpha.shape[2]
     f = per_head_transformed(t, p)  # f^h(x_j)   [batch, heads, seq, hidden]
-    gram = head_grams(t.values, p)  # [batch, seq, heads, heads]
+    mix = head_mix(head_grams(t.values, p), alpha.dtype)  # [batch, seq, heads + 1, heads]
     pair_err = torch.zeros(b, seq, dtype=alpha.dtype, device=alpha.device)
     context = torch.zeros_like(pair_err)  # Σ_{j≠i} ‖a_ij‖, materialised
     rows = block_rows(b, 1, seq, BLOCK_SCORES // max(1, f.shape[-1]))
@@ -50,7 +51,8 @@ def distance_residuals(
         block = alpha[:, :, start:stop]  # [batch, heads, rows, seq]
         a = torch.einsum("bhij,bhjd->bijd", block, f)  # a_ij   [batch, rows, seq, hidden]
         real = torch.linalg.vector_norm(a, dim=-1)  # [batch, rows, seq]
-        gram_form = pair_norms_of(block, gram)  # [batch, rows, seq]
+        src = block.permute(0, 3, 1, 2)[:, None]  # [batch, 1, seq, heads, rows]
+        gram_form = pair_values(src, mix[None])[0].mT  # [batch, rows, seq]
         scale = real.amax(dim=-1).clamp_min(1.0)  # [batch, rows]
         pair_err[:, start:stop] = (gram_form - real).abs().amax(dim=-1) / scale
         own = torch.diagonal(real, offset=start, dim1=-2, dim2=-1)  # ‖a_ii‖  [batch, rows]
