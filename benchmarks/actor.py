@@ -11,8 +11,8 @@ Measured side by side in one run, on the same model, corpus, batches and device:
   next shard on the model while the last one's ``finish`` writes) over the same shards,
   every measure group that applies, ``output.detail: sample``: the engine, the statistics
   accumulated on the device (torch, queued from the result thread), the detail sample, the
-  shard's Parquet files. Its time runs from the first shard's event to the last one's: the first shard
-  (model load) is left out of both sides.
+  shard's Parquet files. Its time runs from the first shard's event to the last one's:
+  the first shard (model load) is left out of both sides.
 
 The ratio is the actor's tokens/s over the bare forward's (goal ≥ 0.85 on a GPU). Repetitions
 alternate which side runs first; the figure is the median of the per-repetition ratios.
