@@ -29,7 +29,12 @@ from mixscope.runtime.worker import ShardWorker
 from mixscope.store import manifest
 
 DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
-SLOW_FINISH = 1.0
+SLOW_FINISH = 1.5
+#: a job's shards slowed on the model too: shard k+1 reaches the worker when shard k-1 is
+#: done (two in flight), so it can start before shard k's finish ends only if shard k's
+#: device phase outlasts that round trip (a tiny model's is milliseconds; Ray's round trip
+#: under load is not)
+SLOW_BOTH = json.dumps({"slow": {"seconds": 1.0}, "slow_finish": {"seconds": SLOW_FINISH}})
 
 
 def _spec(model: str, out: Path, executor: str, **extra: Any):
@@ -188,7 +193,7 @@ def test_the_worker_runs_device_phases_in_turn_order_beside_finish(
 def test_an_actor_overlaps_the_next_shard_with_the_last_ones_finish(
     ray_local, tiny_bert_dir, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv("MIXSCOPE_FAULTS", json.dumps({"slow_finish": {"seconds": SLOW_FINISH}}))
+    monkeypatch.setenv("MIXSCOPE_FAULTS", SLOW_BOTH)
     one = {"runtime.workers": 1}
     two = _ray_results(_spec(tiny_bert_dir, tmp_path / "two", "ray", **one))
     serial = _ray_results(
@@ -228,7 +233,7 @@ def test_the_local_executor_overlaps_like_an_actor(tiny_bert_dir, tmp_path, monk
     """runtime/local.py keeps two shards in the worker as a Ray actor does (what
     benchmarks/actor.py times): each next shard's model work begins before the last one's
     finish ends, device phases in plan order, the same files as one at a time."""
-    monkeypatch.setenv("MIXSCOPE_FAULTS", json.dumps({"slow_finish": {"seconds": SLOW_FINISH}}))
+    monkeypatch.setenv("MIXSCOPE_FAULTS", SLOW_BOTH)
     two = _ray_results(_spec(tiny_bert_dir, tmp_path / "two", "local"))
     serial = _ray_results(
         _spec(tiny_bert_dir, tmp_path / "one", "local", **{"runtime.shards_in_flight": 1})

@@ -102,7 +102,9 @@ def test_each_actor_is_created_with_its_first_shard(
     assert sorted(e.kind for e in events) == ["done"] * 3
     (info,) = infos
     # the shard it was created with is the one it analysed first, tokenized in the load
-    assert info["first_shard"] == events[0].shard_id
+    # (first on the model: with two in flight, the second shard's files may be done first)
+    first = min(events, key=lambda e: e.result.phases["device_start"] if e.result else 0)
+    assert info["first_shard"] == first.shard_id
     t = info["timeline"]
     assert t["first_encoded"] < t["model_loaded"], t
 
