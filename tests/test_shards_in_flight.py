@@ -18,7 +18,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from mixscope.config import load_spec
 from mixscope.corpus.plan import Shard
 from mixscope.runtime.actor_pool import Actor, ActorPool
 from mixscope.runtime.driver import prepare
@@ -27,8 +26,8 @@ from mixscope.runtime.node_health import NodeHealth
 from mixscope.runtime.shard_result import ShardResult
 from mixscope.runtime.worker import ShardWorker
 from mixscope.store import manifest
+from run_helpers import job_spec
 
-DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
 SLOW_FINISH = 1.5
 #: a job's shards slowed on the model too: shard k+1 reaches the worker when shard k-1 is
 #: done (two in flight), so it can start before shard k's finish ends only if shard k's
@@ -38,21 +37,18 @@ SLOW_BOTH = json.dumps({"slow": {"seconds": 1.0}, "slow_finish": {"seconds": SLO
 
 
 def _spec(model: str, out: Path, executor: str, **extra: Any):
-    return load_spec(
-        None,
-        {
-            "model": model,
-            "corpus.paths": [str(DEMO)],
-            "corpus.limit": 12,
-            "out": str(out),
-            "runtime.executor": executor,
-            "runtime.docs_per_shard": 3,
-            "runtime.batch_size": 4,
-            "runtime.shard_order": "plan",
-            "analysis.max_length": 32,
-            **extra,
-        },
-    )
+    """run_helpers' demo job, smaller: 12 documents in 4 shards of 3, in plan order, one
+    worker and the spec's own retries and detail."""
+    small = {
+        "corpus.limit": 12,
+        "runtime.executor": executor,
+        "runtime.docs_per_shard": 3,
+        "runtime.shard_order": "plan",
+        "runtime.workers": 1,
+        "runtime.max_retries": 2,
+        "output.detail": "sample",
+    }
+    return job_spec(model, out, **{**small, **extra})
 
 
 def _same(result: ShardResult) -> tuple:
