@@ -38,14 +38,14 @@ def grouped(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, starts, sorted_keys[starts]
 
 
-def counted(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def counted(keys: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(unique sorted keys, the sum of the weights of each) of int64 ``keys``. numpy's
     sort of int64 is vectorized (several times a radix pass's or torch's CPU sort's
-    speed); where every weight is one (events not counted before), the keys alone are
-    sorted and the counts are the runs' lengths."""
+    speed); where every weight is one (``None``, or events not counted before), the keys
+    alone are sorted and the counts are the runs' lengths."""
     if len(keys) == 0:
-        return keys, weights
-    if bool((weights == 1).all()):
+        return keys, np.zeros(0, np.int64)
+    if weights is None or bool((weights == 1).all()):
         ordered, w = np.sort(keys), None
     else:
         order = np.argsort(keys)
