@@ -7,8 +7,10 @@ Measured side by side in one run, on the same model, corpus, batches and device:
   forms (``runtime.batch_size`` sequences, ``runtime.batch_tokens`` tokens, per shard);
   nothing else.
 - **the actor**: the in-process executor (``runtime.executor: local``, runtime/local.py:
-  the shard worker a Ray actor runs, without Ray, with the same two shards in flight: the
-  next shard on the model while the last one's ``finish`` writes) over the same shards,
+  the shard worker a Ray actor runs, without Ray, with the same shards in flight: at 2 the
+  next shard on the model while the last one's ``finish`` writes; ``--in-flight 2,4`` times
+  each depth, side by side: above 2, several shards' files are written at once on host
+  cores a fast device leaves idle) over the same shards,
   every measure group that applies, ``output.detail: sample``: the engine, the statistics
   accumulated on the device (torch, queued from the result thread), the detail sample, the
   shard's Parquet files. Its time runs from the first shard's event to the last one's:
@@ -66,7 +68,9 @@ def corpus(tmp: Path, repeat: int, limit: int | None) -> Path:
     return path
 
 
-def job_spec(model_dir: str, corpus_path: Path, out: Path, args: argparse.Namespace) -> Any:
+def job_spec(
+    model_dir: str, corpus_path: Path, out: Path, args: argparse.Namespace, in_flight: int
+) -> Any:
     from mixscope.config import load_spec
 
     return load_spec(
@@ -81,6 +85,7 @@ def job_spec(model_dir: str, corpus_path: Path, out: Path, args: argparse.Namesp
             "runtime.executor": "local",
             "runtime.device": args.device,
             "runtime.docs_per_shard": args.docs_per_shard,
+            "runtime.shards_in_flight": in_flight,
             "output.detail": "sample",
         },
     )
@@ -88,7 +93,7 @@ def job_spec(model_dir: str, corpus_path: Path, out: Path, args: argparse.Namesp
 
 #: the host CPU of the result path per token, where the statistics run on a GPU (µs)
 HOST_GOAL_US = 0.1
-HOST_CPU: list[float] = []  # µs per token of each actor run (the shards after the first)
+HOST_CPU: dict[int, list[float]] = {}  # µs per token of each actor run, by shards in flight
 
 
 def actor_seconds(prep: Any) -> tuple[float, int]:
@@ -107,7 +112,8 @@ def actor_seconds(prep: Any) -> tuple[float, int]:
         stamps.append(time.perf_counter())
         tokens.append(event.result.tokens)
         cpu.append(event.result.result_cpu_seconds)
-    HOST_CPU.append(1e6 * sum(cpu[1:]) / max(sum(tokens[1:]), 1))
+    depth = prep.spec.runtime.shards_in_flight
+    HOST_CPU.setdefault(depth, []).append(1e6 * sum(cpu[1:]) / max(sum(tokens[1:]), 1))
     return stamps[-1] - stamps[0], sum(tokens[1:])
 
 
@@ -170,15 +176,20 @@ class BareForward:
         return time.perf_counter() - start, tokens
 
 
-def measure(shape: str, args: argparse.Namespace, tmp: Path, text: Path) -> dict[str, Any]:
-    """The paired repetitions of one model: bare forward and actor, alternating first."""
+def measure(shape: str, args: argparse.Namespace, tmp: Path, text: Path) -> list[dict[str, Any]]:
+    """The paired repetitions of one model: bare forward and the actor at each depth
+    (``--in-flight``), their order turned round every repetition; a row per depth."""
     from mixscope.runtime.prepare import prepare
 
     shaped_models = tests_module("shaped_models")
     dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)
     model_dir = shaped_models.save(shape, str(tmp / shape), dtype, device, args.max_length)
-    prep = prepare(job_spec(model_dir, text, tmp / f"out-{shape}", args), write=False)
+    preps = {
+        n: prepare(job_spec(model_dir, text, tmp / f"out-{shape}-{n}", args, n), write=False)
+        for n in args.in_flight
+    }
+    prep = preps[args.in_flight[0]]
     if len(prep.plan.shards) < 2:
         raise SystemExit("the corpus makes fewer than 2 shards: raise --repeat")
     bare = BareForward(prep, device, dtype)
@@ -186,25 +197,36 @@ def measure(shape: str, args: argparse.Namespace, tmp: Path, text: Path) -> dict
     runs: list[dict[str, float]] = []
     HOST_CPU.clear()
     for rep in range(args.reps):
-        sides = {"bare": bare.seconds, "actor": lambda: actor_seconds(prep)}
+        sides: dict[str, Any] = {"bare": bare.seconds}
+        for n, p in preps.items():
+            sides[f"actor{n}"] = lambda p=p: actor_seconds(p)
         order = list(sides) if rep % 2 == 0 else list(sides)[::-1]
         got = {name: sides[name]() for name in order}
-        (b_s, b_tok), (a_s, a_tok) = got["bare"], got["actor"]
-        if a_tok != b_tok:
-            raise SystemExit(f"{shape}: the actor counted {a_tok} tokens, the bare forward {b_tok}")
-        runs.append({"bare": b_tok / b_s, "actor": a_tok / a_s})
-        print(f"  {shape} rep {rep + 1}: bare {b_tok / b_s:,.0f} tok/s, "
-              f"actor {a_tok / a_s:,.0f} tok/s", file=sys.stderr, flush=True)  # fmt: skip
+        b_s, b_tok = got["bare"]
+        run = {"bare": b_tok / b_s}
+        for n in preps:
+            a_s, a_tok = got[f"actor{n}"]
+            if a_tok != b_tok:
+                raise SystemExit(f"{shape}: the actor counted {a_tok} tokens, the bare {b_tok}")
+            run[f"actor{n}"] = a_tok / a_s
+        runs.append(run)
+        actors = ", ".join(f"actor ({n} in flight) {run[f'actor{n}']:,.0f}" for n in preps)
+        print(f"  {shape} rep {rep + 1}: bare {run['bare']:,.0f} tok/s, {actors} tok/s",
+              file=sys.stderr, flush=True)  # fmt: skip
     del bare
-    return {
-        "shape": shape,
-        "shards": len(prep.plan.shards) - 1,
-        "tokens": b_tok,
-        "bare": statistics.median(r["bare"] for r in runs),
-        "actor": statistics.median(r["actor"] for r in runs),
-        "ratio": statistics.median(r["actor"] / r["bare"] for r in runs),
-        "host_us": statistics.median(HOST_CPU),
-    }
+    return [
+        {
+            "shape": shape,
+            "in_flight": n,
+            "shards": len(prep.plan.shards) - 1,
+            "tokens": b_tok,
+            "bare": statistics.median(r["bare"] for r in runs),
+            "actor": statistics.median(r[f"actor{n}"] for r in runs),
+            "ratio": statistics.median(r[f"actor{n}"] / r["bare"] for r in runs),
+            "host_us": statistics.median(HOST_CPU[n]),
+        }
+        for n in preps
+    ]
 
 
 def machine(device: torch.device) -> str:
@@ -216,14 +238,15 @@ def machine(device: torch.device) -> str:
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
     labels = tests_module("shaped_models").LABELS
     flags = f"--device {args.device} --dtype {args.dtype}" + (" --quick" if args.quick else "")
+    flags += f" --in-flight {','.join(map(str, args.in_flight))}"
     lines = [
         f"The actor against the bare forward ({machine(torch.device(args.device))}, "
         f"{args.dtype}, every group, detail sample, max_length {args.max_length}; code "
         f"{source_state()}; `python benchmarks/actor.py {flags}`):",
         "",
-        "| model | shards × tokens | bare forward | actor | actor / bare (goal) "
+        "| model | shards × tokens | shards in flight | bare forward | actor | actor / bare (goal) "
         "| result path's host CPU per token |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     on_gpu = args.device.startswith("cuda")
     for r in rows:
@@ -233,7 +256,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
             host += f" (≤ {HOST_GOAL_US}, {'met' if r['host_us'] <= HOST_GOAL_US else 'NOT met'})"
         lines.append(
             f"| {labels[r['shape']]} | {r['shards']} × {r['tokens'] / r['shards']:,.0f} "
-            f"| {r['bare']:,.0f} tok/s | {r['actor']:,.0f} tok/s "
+            f"| {r['in_flight']} | {r['bare']:,.0f} tok/s | {r['actor']:,.0f} tok/s "
             f"| **{r['ratio']:.2f}** (≥ {GOAL}, {ok}) | {host} |"
         )
     return lines
@@ -249,7 +272,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=None, help="paired repetitions (default 3)")
     p.add_argument("--quick", action="store_true", help="small shapes, 120 documents, 1 rep")
     p.add_argument("--save", action="store_true", help="also write benchmarks/results/")
+    p.add_argument("--shapes", default=None, help="models to time (default: by --quick)")
+    p.add_argument(
+        "--in-flight", default="2", help="runtime.shards_in_flight values to time, e.g. 2,4"
+    )
     args = p.parse_args(argv)
+    args.in_flight = [int(n) for n in args.in_flight.split(",")]
+    args.shapes = args.shapes.split(",") if args.shapes else list(SHAPES[args.quick])
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     args.repeat = args.repeat or (1 if args.quick else 4)
     args.reps = args.reps or (1 if args.quick else 3)
@@ -265,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="mixscope-actor-") as name:
         tmp = Path(name)
         text = corpus(tmp, args.repeat, 120 if args.quick else None)
-        rows = [measure(shape, args, tmp, text) for shape in SHAPES[args.quick]]
+        rows = [row for shape in args.shapes for row in measure(shape, args, tmp, text)]
     name = "actor" if args.device == "cpu" else "actor-gpu"
     publish(name, report(rows, args), args.save)
 

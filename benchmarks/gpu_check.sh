@@ -62,13 +62,13 @@ if [ "$DRY" -eq 1 ]; then
     step "attention.py --gpu --quick (CPU)" 300 "$PY" benchmarks/attention.py --device cpu --gpu --quick --reps 1 --memory-max 512
     step "ff.py --gpu --quick (CPU)" 300 "$PY" benchmarks/ff.py --device cpu --gpu --quick --reps 1 --memory-max 512
     step "distance.py --gpu --quick (CPU)" 300 "$PY" benchmarks/distance.py --device cpu --gpu --quick --reps 1 --no-memory
-    step "actor.py --quick (CPU)" 300 "$PY" benchmarks/actor.py --device cpu --quick
+    step "actor.py --quick (CPU)" 300 "$PY" benchmarks/actor.py --device cpu --quick --in-flight 2,4
 else
     step "tests (pytest -m gpu)" 120 "$PY" "${TESTS[@]}"
     step "attention.py --gpu" 150 "$PY" benchmarks/attention.py --device cuda --dtype bfloat16 --gpu --reps 3 --memory-max 16384 --save
     step "ff.py --gpu" 90 "$PY" benchmarks/ff.py --device cuda --dtype bfloat16 --gpu --reps 3 --memory-max 8192 --save
     step "distance.py --gpu" 60 "$PY" benchmarks/distance.py --device cuda --dtype bfloat16 --gpu --reps 3 --no-memory --save
-    step "actor.py" 120 "$PY" benchmarks/actor.py --device cuda --dtype bfloat16 --save
+    step "actor.py" 120 "$PY" benchmarks/actor.py --device cuda --dtype bfloat16 --in-flight 2,4 --reps 2 --save
 fi
 if [ -n "${OUT:-}" ]; then
     for f in "$LOG" "$RESULTS/gpu-tests.xml" "$RESULTS"/attention-gpu.md "$RESULTS"/ff-gpu.md "$RESULTS"/distance-gpu.md "$RESULTS"/actor-gpu.md; do

@@ -31,7 +31,7 @@ def test_worker_range_keeps_a_single_number_exact():
         ({"runtime.node_max_failures": 0}, "runtime.node_max_failures"),
         ({"runtime.shard_order": "random"}, "runtime.shard_order"),
         ({"runtime.shards_in_flight": 0}, "runtime.shards_in_flight"),
-        ({"runtime.shards_in_flight": 3}, "runtime.shards_in_flight"),
+        ({"runtime.shards_in_flight": 9}, "runtime.shards_in_flight"),
     ],
 )
 def test_bad_worker_ranges_are_one_line_spec_errors(sets, key, tmp_path):

@@ -245,3 +245,37 @@ def test_the_local_executor_overlaps_like_an_actor(tiny_bert_dir, tmp_path, monk
     assert {r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in two} == {
         r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in serial
     }
+
+
+def test_three_in_flight_keep_the_model_busy_while_two_finish(tiny_bert_dir, tmp_path, monkeypatch):
+    """With 3 in flight (a fast device, spare host cores) the model starts shard k+2 while
+    shards k and k+1 are still writing their files, which 2 in flight never allows (its
+    slots: one on the model, one finishing); never more than 3 shards alive at once; the
+    same files as one at a time."""
+    serial = _ray_results(
+        _spec(tiny_bert_dir, tmp_path / "one", "local", **{"runtime.shards_in_flight": 1})
+    )
+    # finish far longer than the device phase: the files are the bottleneck
+    slow = json.dumps({"slow": {"seconds": 0.5}, "slow_finish": {"seconds": 2.5}})
+    monkeypatch.setenv("MIXSCOPE_FAULTS", slow)
+    runs = {
+        n: _ray_results(
+            _spec(tiny_bert_dir, tmp_path / f"n{n}", "local", **{"runtime.shards_in_flight": n})
+        )
+        for n in (2, 3)
+    }
+
+    def alive_at_device_start(results: list[ShardResult]) -> list[int]:
+        """Shards alive (device phase begun, finish not ended) as each device phase begins."""
+        phases = _by_device(results)
+        return [
+            sum(p["device_start"] <= q["device_start"] < p["finish_end"] for p in phases)
+            for q in phases
+        ]
+
+    assert max(alive_at_device_start(runs[2])) == 2
+    assert max(alive_at_device_start(runs[3])) == 3
+    three = _by_device(runs[3])
+    assert three[2]["device_start"] < three[0]["finish_end"]  # shard 2 on the model early
+    files = lambda rs: {r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in rs}  # noqa: E731
+    assert files(runs[3]) == files(runs[2]) == files(serial)

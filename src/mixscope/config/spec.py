@@ -35,6 +35,9 @@ CORPUS_FORMATS = ("auto", "text", "jsonl", "parquet", "hf")
 
 #: ``analysis.dtype``: the dtype the model runs in
 DTYPES = ("float32", "float64", "bfloat16", "float16")
+#: the most shards an actor may hold (``runtime.shards_in_flight``): one on the model, the
+#: rest writing their files; each holds its statistics' accumulators (``DEVICE_BUDGET``)
+MAX_SHARDS_IN_FLIGHT = 8
 
 
 @dataclass(frozen=True)
@@ -151,11 +154,14 @@ class RuntimeSpec:
     device: str = setting("auto", "cpu, cuda, cuda:1, … or auto.")
     max_retries: int = setting(2, "Attempts per shard after the first.")
     # runtime/ray_executor.py, runtime/worker.py: 2 keeps the device busy while the
-    # previous shard's files are written; more would only queue (and die) with the actor
+    # previous shard's files are written; more write several shards' files at once, on
+    # host cores a fast device leaves idle (benchmarks/pipeline.py --finish-bound)
     shards_in_flight: int = setting(
         2,
-        "Shards an actor holds at once (1 or 2): with 2 the next shard runs on the model "
-        "while the last one's statistics and files are written; 1 runs them one by one.",
+        f"Shards an actor holds at once (1 to {MAX_SHARDS_IN_FLIGHT}): with 2 the next shard "
+        "runs on the model while the last one's statistics and files are written; with more, "
+        "several shards' files are written at once (a GPU actor with spare host cores, "
+        "docs/performance.md); 1 runs them one by one.",
     )
     verify: bool = setting(False, "Check the exactness identity on every block.")
     executor: str = setting(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from mixscope.choices import DISTANCE_BUCKETS, parse_measure_groups
-from mixscope.config.spec import JobSpec, spec_fields
+from mixscope.config.spec import MAX_SHARDS_IN_FLIGHT, JobSpec, spec_fields
 from mixscope.errors import SpecError
 
 
@@ -87,7 +87,10 @@ def validate(spec: JobSpec) -> None:
         (r.gpus_per_worker >= 0, "runtime.gpus_per_worker: not negative"),
         (r.cpus_per_worker > 0, "runtime.cpus_per_worker: positive"),
         (r.max_retries >= 0, "runtime.max_retries: not negative"),
-        (r.shards_in_flight in (1, 2), "runtime.shards_in_flight: 1 or 2"),
+        (
+            1 <= r.shards_in_flight <= MAX_SHARDS_IN_FLIGHT,
+            f"runtime.shards_in_flight: 1 to {MAX_SHARDS_IN_FLIGHT}",
+        ),
         (0 < spec.output.sample_rate <= 1, "output.sample_rate: in (0, 1]"),
         (bool(spec.out), "out: required (a directory or object-store URI)"),
         (spec.checkpoints.quiet_seconds >= 0, "checkpoints.quiet_seconds: not negative"),

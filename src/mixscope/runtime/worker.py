@@ -16,17 +16,18 @@ An error reading that first shard stays the shard's: it is kept in its future an
 by ``process``, where it was raised before. ``first_shard`` is a hint: a worker handed another
 shard first drops what it prefetched. Start-up events are kept in ``timeline``.
 
-**Two shards at once.** ``process`` has two phases: the *device phase* (read, tokenize, run
+**Shards at once.** ``process`` has two phases: the *device phase* (read, tokenize, run
 the model chunk by chunk while the result thread accumulates one chunk behind) and
 ``finish`` (the statistics copied to the host, their tables built, the files written:
 host work of O(keys), far longer than a GPU's forward of the shard). The device phase is
 serialised (one shard on the model at a time) and ``finish`` is not, so a caller that
-runs ``process`` on two threads (the Ray actor, ``runtime.shards_in_flight: 2``) has
-shard k+1 on the model while shard k's files are written. Device phases take their
+runs ``process`` on N threads (the Ray actor, ``runtime.shards_in_flight: N``) has
+shard k+1 on the model while the files of shards k, k−1, … k−N+2 are written (N > 2: on
+host cores a fast device leaves idle). Device phases take their
 ``turn`` (the order the pool handed the shards to this worker: Ray's threaded actor does
 not promise to start calls in order), so the shard the worker was built with still goes
-first and N=1 is today's order. At most ``MAX_SHARDS`` shards' accumulators are alive at
-once (a shard takes a slot before its device phase, gives it back after ``finish``), so the
+first and N=1 is today's order. At most ``shards_in_flight`` shards' accumulators are alive
+at once (a shard takes a slot before its device phase, gives it back after ``finish``), so the
 result side's memory stays bounded whatever the caller does. Each shard's phase times are
 in ``ShardResult.phases`` (tests, benchmarks). Called from one thread (the local
 executor), ``process`` is what it was.
@@ -60,9 +61,6 @@ from mixscope.store.layout import Layout
 #: for a chunk, [layer, measure, seq] float32 per sequence, stay tens of MB): a whole
 #: default shard of WikiText-2 paragraphs (256 documents, ≈ 160k characters) is one chunk
 CHUNK_CHARS = 1 << 18
-#: shards whose accumulators may be alive in one worker at once: one on the model, one in
-#: ``finish`` (more would only queue behind the model and hold more host memory)
-MAX_SHARDS = 2
 #: seconds a device phase waits for an earlier turn that has not arrived (a call lost on
 #: its way): the order is an optimisation (the prefetched first shard), never correctness
 TURN_WAIT = 30.0
@@ -138,7 +136,9 @@ class ShardWorker:
         self._turns = threading.Condition()
         self._on_device = False
         self._next_turn = 0  # the turn after the last device phase that began
-        self._slots = threading.BoundedSemaphore(MAX_SHARDS)
+        # shards whose accumulators may be alive at once: one on the model, the rest in
+        # ``finish`` (what the executor sends at once: a caller sending more waits here)
+        self._slots = threading.BoundedSemaphore(r.shards_in_flight)
 
     def close(self) -> None:
         """Stop the tokenizing and result threads (an actor's process ends with it anyway)."""
