@@ -237,6 +237,40 @@ def run_old(tok: Any, seqs: list, measures: list, chunk: int) -> dict:
     }
 
 
+def floor(vocab: Any, seqs: list, wide: list, chunk: int, reps: int) -> dict:
+    """What the every-group statistics tables of the shard cost to encode, and nothing else:
+    the tables built once (untimed), then each encoded as ``finish`` writes it
+    (``parquet_buffer`` with the partial statistics' options), CPU seconds (one thread),
+    the median of ``reps``; the raw bytes of its non-null values. However fast the
+    accumulation, the statistics path cannot beat this with the tables as they are."""
+    from mixscope.stats.accumulate import ShardStatistics
+    from mixscope.stats.token_block import chunk_values, token_block
+    from mixscope.store.writer import parquet_buffer
+
+    groups = _measure_set(ALL_GROUPS)
+    acc = ShardStatistics(vocab, groups)
+    for i in range(0, len(seqs), chunk):
+        acc.add(token_block(seqs[i : i + chunk], chunk_values(wide[i : i + chunk]), vocab, groups))
+    tables = acc.tables()
+    cpu: dict[str, list[float]] = {k: [] for k in tables}
+    for _ in range(reps):
+        for kind, table in tables.items():
+            start = time.process_time()
+            parquet_buffer(table, stats=True, partial=True)
+            cpu[kind].append(time.process_time() - start)
+
+    def value_bytes(c: pa.ChunkedArray) -> int:  # fixed-width values that are not null
+        fixed = pa.types.is_integer(c.type) or pa.types.is_floating(c.type)
+        return (len(c) - c.null_count) * c.type.bit_width // 8 if fixed else 0
+
+    values = {k: sum(map(value_bytes, t.columns)) for k, t in tables.items()}
+    return {
+        "cpu": {k: statistics.median(v) for k, v in cpu.items()},
+        "rows": {k: t.num_rows for k, t in tables.items()},
+        "value_bytes": values,
+    }
+
+
 def breakdown(root: str, tok: Any, seqs: list, measures: list, chunk: int, mode: str):
     """One shard of ``mode`` under cProfile: the functions with the most self time, and the
     rows and bytes of each file ``finish`` wrote (its manifest entries)."""
@@ -304,6 +338,8 @@ def serve(args: argparse.Namespace) -> int:
                 }
             elif mode == "old":
                 result = run_old(tok, seqs, measures, chunk)
+            elif mode == "floor":
+                result = floor(Vocabulary(tok), seqs, wide, chunk, int(rep))
             elif mode in GROUP_MODES:
                 result = run_new(root, mode, Vocabulary(tok), seqs, wide, chunk)
             else:
@@ -435,6 +471,25 @@ def report(med: dict, tokens: int, args: argparse.Namespace, load: tuple, code: 
     return "\n".join(out) + "\n"
 
 
+def floor_report(encoding: dict, tokens: int) -> str:
+    """The encoding floor (``floor``) as a paragraph of the saved section."""
+    cpu, rows, raw = encoding["cpu"], encoding["rows"], encoding["value_bytes"]
+    total = sum(cpu.values())
+    parts = ", ".join(
+        f"`{k}` {rows[k]:,} rows, {1e6 * cpu[k] / tokens:.2f} µs"
+        for k in sorted(cpu, key=cpu.get, reverse=True)  # type: ignore[arg-type]
+    )
+    ceiling = tokens / total
+    return (
+        f"Encoding alone: the every-group statistics tables of this shard cost "
+        f"**{1e6 * total / tokens:.2f} µs per token** to encode as `finish` writes them (one "
+        f"thread, nothing else timed: {parts}), {sum(raw.values()) / tokens:,.0f} bytes of "
+        f"non-null values per token: with the tables as they are, the statistics path "
+        f"cannot pass **{ceiling:,.0f} tokens/s per core** however fast the accumulation "
+        f"(the goal with every group: {GOAL_ALL:,}).\n"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shard-seqs", type=int, default=600, help="sequences per shard")
@@ -473,6 +528,7 @@ def main() -> int:
                     file=sys.stderr,
                 )
         profiles = sides["current"].ask_line("profile 0")
+        encoding = sides["current"].ask_line(f"floor {max(3, args.reps)}")
         for side in sides.values():
             side.close()
     finally:
@@ -492,6 +548,7 @@ def main() -> int:
         pairs = zip(times["baseline"][mode], times["current"][mode], strict=True)
         med["current"][mode]["paired"] = statistics.median(b["cpu"] / c["cpu"] for b, c in pairs)
     text = report(med, tokens, args, (load_before[0], load_after[0]), source_state())
+    text += "\n" + floor_report(encoding, tokens)
     print(f"mixscope host benchmark; pyarrow {pa.__version__}, numpy {np.__version__}\n\n" + text)
     for mode, (total, top, sizes) in profiles.items():
         print()

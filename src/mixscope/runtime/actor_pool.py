@@ -76,7 +76,7 @@ class Actor:
     state: str = "starting"  # starting | idle | busy | released | dead
     in_flight: dict[int, float] = field(default_factory=dict)  # shard id → when handed out
     first_shard: Item | None = None  # reserved at creation, prefetched while the model loads
-    handed: int = 0  # shards handed out so far: the next one's turn (worker.py)
+    turns: int = 0  # shards handed out so far: the next one's turn (worker.py)
     busy_since: float | None = None  # from when busy time is not yet in busy_seconds
     last_end: float | None = None  # when its last shard ended
     shards: int = 0
@@ -273,7 +273,7 @@ class ActorPool:
             actor.busy_since = now
         actor.in_flight[shard_id] = now
         actor.state = "busy"
-        turn, actor.handed = actor.handed, actor.handed + 1
+        turn, actor.turns = actor.turns, actor.turns + 1
         return turn
 
     def _ended(self, actor: Actor, shard_id: int) -> None:
