@@ -41,6 +41,12 @@ def test_host_benchmark_runs(tmp_path: Path) -> None:
     installs."""
     out = _quick("host.py", tmp_path, "--baseline", "HEAD")
     assert "| `none` |" in out and "tokens/s per core" in out
+    assert "Encoding alone:" in out and "however fast the accumulation" in out
+
+
+def test_finish_parallel_benchmark_runs() -> None:
+    out = _run("finish_parallel.py", "--shards", "2", "--shard-seqs", "64", "--reps", "1")
+    assert "2 shards' finish (16,384 tokens" in out and "the rate" in out
 
 
 def test_ff_benchmark_runs() -> None:
