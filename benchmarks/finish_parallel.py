@@ -15,6 +15,7 @@ are held to one thread (``host.py``'s settings, on import), so the speed-up is t
 
     python benchmarks/finish_parallel.py            # 3 shards, 3 repetitions
     python benchmarks/finish_parallel.py --shards 2 --reps 5
+    python benchmarks/finish_parallel.py --save      # also benchmarks/results/finish-parallel.md
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 import host
-from common import offline_tokenizer, source_state
+from common import offline_tokenizer, publish, source_state
 
 
 def filled(root: str, shard: int, vocab: Any, seqs: list, wide: list, chunk: int) -> Any:
@@ -74,6 +75,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=3, help="shards finished at once")
     ap.add_argument("--shard-seqs", type=int, default=600, help="sequences of 128 per shard")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--save", action="store_true", help="also write benchmarks/results/")
     args = ap.parse_args()
 
     from mixscope.registry import measure_set
@@ -100,13 +102,15 @@ def main() -> None:
     cpu_serial = statistics.median(c for _, c in runs[False])
     cpu_side = statistics.median(c for _, c in runs[True])
     tokens = args.shards * args.shard_seqs * host.SEQ_LEN
-    print(
+    line = (
         f"{args.shards} shards' finish ({tokens:,} tokens, every group, detail none; "
         f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; code {source_state()}; "
         f"median of {args.reps}): one after another {serial:.3f} s wall ({cpu_serial:.3f} s CPU), "
         f"side by side on {args.shards} threads {side:.3f} s wall ({cpu_side:.3f} s CPU): "
-        f"**{serial / side:.2f}×** the rate"
+        f"**{serial / side:.2f}×** the rate (`python benchmarks/finish_parallel.py "
+        f"--shards {args.shards} --reps {args.reps}`)."
     )
+    publish("finish-parallel", [line], args.save)
 
 
 if __name__ == "__main__":
