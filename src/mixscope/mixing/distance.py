@@ -45,6 +45,9 @@ DEFAULT_BUCKETS = MAX_BUCKETS = DISTANCE_BUCKETS
 #: 64-row blocks on MiniLM at n = 512 was within the run-to-run noise, ±20%)
 ROWS = 64
 
+#: tokens per chunk of the per-head vectors f^h(x_j) (:func:`head_grams`)
+GRAM_TOKENS = 128
+
 
 def check_buckets(buckets: int) -> int:
     """``analysis.distance_buckets``, checked: 2 to :data:`MAX_BUCKETS` (with fewer, the
@@ -65,16 +68,23 @@ def head_grams(values: torch.Tensor, p: BlockParams, budget: int = BLOCK_SCORES)
     """G_j[h, k] = f^h(x_j) · f^k(x_j) for every token: [batch, seq, heads, heads].
 
     ``values`` [batch, seq, kv_heads · head_dim] (x W_V + b_V); f^h(x_j) = v_j^h W_O^h is
-    built for a chunk of tokens at a time ([batch, chunk, heads, hidden] each)."""
+    built for a chunk of :data:`GRAM_TOKENS` tokens at a time, head-major ([heads, chunk,
+    hidden]: one batched matmul over the heads, no permute) and its Grams read from a
+    token-major view of it (one batched matmul over the tokens); chunks small enough to
+    stay in the CPU's cache. Against one einsum over every token, side by side on the
+    shared 2-core CPU: MiniLM n = 512 2.7 → 2.2 ms (1 thread), 1.09 → 1.05 ms (2);
+    Llama-small n = 2,048 3.7 → 3.3 ms (1 thread), 5.6 → 1.9 ms (2)."""
     v = head_values(values, p)  # [batch, seq, heads, head_dim]
-    w = p.w_out.reshape(p.w_out.shape[0], p.heads, p.head_dim).to(v.dtype)  # [hidden, h, e]
-    batch, seq = v.shape[:2]
-    out = torch.empty(batch, seq, p.heads, p.heads, dtype=v.dtype, device=v.device)
-    chunk = max(1, budget // max(1, batch * p.heads * w.shape[0]))
-    for start in range(0, seq, chunk):
-        f = torch.einsum("bjhe,dhe->bjhd", v[:, start : start + chunk], w)  # [b, c, h, hidden]
-        out[:, start : start + chunk] = f @ f.transpose(-1, -2)  # [batch, chunk, h, h]
-    return out
+    batch, seq, heads, dim = v.shape
+    w = p.w_out.reshape(-1, heads, dim).permute(1, 2, 0).to(v.dtype).contiguous()  # [h, e, d]
+    tokens = v.reshape(batch * seq, heads, dim)  # [tokens, heads, head_dim]
+    out = torch.empty(batch * seq, heads, heads, dtype=v.dtype, device=v.device)
+    chunk = max(1, min(GRAM_TOKENS, budget // max(1, heads * w.shape[-1])))
+    for start in range(0, batch * seq, chunk):
+        f = torch.bmm(tokens[start : start + chunk].transpose(0, 1), w)  # [h, chunk, hidden]
+        f = f.transpose(0, 1)  # [chunk, heads, hidden] (strided)
+        torch.bmm(f, f.transpose(1, 2), out=out[start : start + chunk])  # [chunk, h, h]
+    return out.view(batch, seq, heads, heads)
 
 
 def head_mix(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -93,9 +103,10 @@ def head_mix(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         lam, vec = torch.linalg.eigh(g[failed])
         low[failed] = vec * lam.clamp_min(0).sqrt().unsqueeze(-2)  # V √Λ
     heads = gram.shape[-1]
-    mean = torch.full((*gram.shape[:-2], 1, heads), 1.0 / heads, dtype=torch.float64,
-                      device=gram.device)  # fmt: skip
-    return torch.cat([low.transpose(-1, -2), mean], dim=-2).to(dtype)
+    mix = torch.empty(*gram.shape[:-2], heads + 1, heads, dtype=dtype, device=gram.device)
+    mix[..., :heads, :] = low.transpose(-1, -2)  # L_jᵀ
+    mix[..., heads, :] = 1.0 / heads
+    return mix
 
 
 def pair_values(alpha: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
