@@ -48,6 +48,14 @@ ROWS = 64
 #: tokens per chunk of the per-head vectors f^h(x_j) (:func:`head_grams`)
 GRAM_TOKENS = 128
 
+#: α elements per block of rows at most ([batch, sources, heads, rows]: 8 MiB in float32,
+#: the pair matmul's output as much again). Larger blocks cost far more per element on the
+#: CPU: MiniLM at n = 512, batch 4, one layer (2 threads, side by side) 36–40 ms with
+#: blocks up to 2^21 elements, 58–95 ms from 2^21.5, 198 ms at 2^24 (the shared budget,
+#: BLOCK_SCORES); batch 8 85 against 312 ms. One sequence of 512 (3.1M elements) is split
+#: in two blocks of 256 rows: 6.5 against 6.0 ms
+BLOCK = 1 << 21
+
 
 def check_buckets(buckets: int) -> int:
     """``analysis.distance_buckets``, checked: 2 to :data:`MAX_BUCKETS` (with fewer, the
@@ -184,14 +192,16 @@ def row_blocks(
     scores: ScoreInputs | None,
     shape: tuple[int, int, int],
     dtype: torch.dtype,
-    budget: int = BLOCK_SCORES,
+    budget: int = BLOCK,
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """(start, α of the block's rows source-major [batch, sources, heads, rows]) over every
-    query row (:func:`pair_values`); ``shape`` (batch, heads, seq)."""
+    query row (:func:`pair_values`); ``shape`` (batch, heads, seq). Blocks of ``budget``
+    elements at most, as even as that allows."""
     batch, heads, seq = shape
     rows = block_rows(batch, heads, seq, budget)
     if alpha_reach(full, scores, 0, min(seq, ROWS)) < seq:
         rows = min(rows, ROWS)
+    rows = -(-seq // -(-seq // rows))  # the same count of blocks, even sizes
     if full is None and scores is not None:
         yield from scores.source_blocks(rows, dtype)
         return
@@ -205,7 +215,7 @@ def distance_sums(
     values: torch.Tensor,
     p: BlockParams,
     buckets: int = DEFAULT_BUCKETS,
-    budget: int = BLOCK_SCORES,
+    budget: int = BLOCK,
 ) -> torch.Tensor:
     """Σ_{j∈B_b} ‖a_ij‖ and Σ_{j∈B_b} ᾱ_ij per token: [2 (norm, weight), buckets, batch, seq]
     (float64). ``full``: the eager weights [batch, heads, seq, seq], or None to recompute
