@@ -170,19 +170,21 @@ def bucket_sums(pairs: torch.Tensor, start: int, buckets: int) -> torch.Tensor:
     into a zero-padded row-major buffer (each row ``rows − 1`` zeros, then its sources: the
     view's rows are that buffer's with a stride one longer); no prefix sums, whose
     differences needed float64 to keep a near bucket's small share: these are sums of
-    non-negative terms in the pairs' own dtype."""
+    non-negative terms, in the pairs' own dtype (float32 for 16-bit pairs)."""
     *lead, cols, rows = pairs.shape
-    x = pairs.reshape(-1, cols, rows)  # [m, sources, rows]
+    count = pairs[..., 0, 0].numel()
     pad = rows - 1
     span = pad + cols  # t: every source of every row
-    grid = x.new_empty(x.shape[0], rows + 1, span)  # [m, rows + 1 (a zero row), pad + sources]
+    dtype = torch.promote_types(pairs.dtype, torch.float32)  # 16-bit pairs summed in float32
+    grid = pairs.new_empty(count, rows + 1, span, dtype=dtype)  # [m, rows + 1, pad + sources]
     grid[:, :, :pad].zero_()
     grid[:, rows, pad:].zero_()
-    grid[:, :rows, pad:].copy_(x.mT)  # row-major: [m, rows, sources]
+    # row-major (no reshape of the strided pairs first: a copy where batch > 1)
+    grid.view(*lead, rows + 1, span)[..., :rows, pad:].copy_(pairs.mT)  # [..., rows, sources]
     # the skewed view: [m, rows, span], row r starts r elements further into its own row
     # (past its last source it reads the next row's leading zeros, the last row the zero row)
-    skew = grid.as_strided((x.shape[0], rows, span), (grid.stride(0), span + 1, 1))
-    member = _membership(start + pad, span, buckets, x.dtype, x.device)  # [span, K]
+    skew = grid.as_strided((count, rows, span), (grid.stride(0), span + 1, 1))
+    member = _membership(start + pad, span, buckets, dtype, pairs.device)  # [span, K]
     sums = torch.matmul(skew, member)  # [m, rows, K]
     return sums.mT.reshape(*lead, buckets, rows)
 
