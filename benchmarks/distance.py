@@ -17,7 +17,7 @@ Measured side by side in one run, on the same model, batch and machine:
 3. **Pieces.** One layer's distance sums (the first layer's inputs, as the engine handed
    them to mixing/distance.py) timed piece by piece beside the SDPA forward's time per
    layer: the Grams and their factors, α recomputed from q, k and LSE, the per-pair norms
-   and weights, the bucket prefix sums; what caps the ratio where a goal is not met.
+   and weights, the bucket sums; what caps the ratio where a goal is not met.
 
     python benchmarks/distance.py                  # CPU (~10 minutes on 2 cores)
     python benchmarks/distance.py --quick          # smoke test
@@ -100,7 +100,7 @@ def pieces(loaded, inputs: dict, forward, args: argparse.Namespace) -> dict[str,
     (full, scores, values, p), kw = captured[0][0][:4], captured[0][1]
     shape = (values.shape[0], p.heads, values.shape[1])
     blocks = list(D.row_blocks(full, scores, shape, values.dtype))
-    mix = D.grouped_mix(D.head_mix(D.head_grams(values, p), values.dtype), blocks[0][1].shape[1])
+    mix = D.head_mix(D.head_grams(values, p), values.dtype)
     pairs = [(start, D.pair_values(alpha, mix)) for start, alpha in blocks]
     methods = {
         "forward": forward,

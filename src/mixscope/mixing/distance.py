@@ -8,15 +8,16 @@ the last one open-ended. Per bucket, the sum of the per-pair norms ‖a_ij‖ of
 No [seq, seq, hidden] tensor: ‖a_ij‖² = α_ijᵀ G_j α_ij = ‖L_jᵀ α_ij‖² with α_ij the [heads]
 vector of head weights, G_j = U_j U_jᵀ the [heads, heads] Gram matrix of the per-head vectors
 f^h(x_j) (built in token chunks: no [heads, seq, hidden] tensor either) and L_j its Cholesky
-factor. α comes a block of query rows at a time, source-major ([batch, groups, sources,
-heads per group, rows]; mixing/alpha_rows.py), so memory is O(seq · rows); per block one
-batched matmul per source, M_j = [L_jᵀ; 1/heads] times α_ij, gives both the norm's parts and
-ᾱ_ij, and a prefix sum over j of the norms and the weights gives every bucket's sum as the
-difference of two prefix sums at the bucket's edges (both sides of i, self excluded).
+factor. α comes a block of query rows at a time, source-major ([batch, sources, heads,
+rows]; mixing/alpha_rows.py), so memory is O(seq · rows); per block one batched matmul per
+source, M_j = [L_jᵀ; 1/heads] times α_ij, gives both the norm's parts and ᾱ_ij, and one
+matmul of a skewed view of the norms and the weights with a [distance, bucket] membership
+matrix gives every bucket's sum (a row's bucket depends only on i − j; self excluded).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import torch
@@ -38,14 +39,22 @@ DEFAULT_BUCKETS = MAX_BUCKETS = DISTANCE_BUCKETS
 
 #: query rows per block at most where the first rows do not reach every source (causal,
 #: left padding): a causal block's sources end closer to its rows (less of the masked
-#: triangle scored) and its arrays stay near the CPU's cache. Where every block reaches
-#: every source (an encoder), blocks as large as the memory budget allows: fewer, larger
-#: per-source matmuls and fewer small ops (on this shared 2-core CPU the difference from
-#: 64-row blocks on MiniLM at n = 512 was within the run-to-run noise, ±20%)
+#: triangle scored) and its arrays stay near the CPU's cache (Llama-small at n = 2,048, one
+#: layer, side by side: 64 rows best, 32 and 128 10–20% slower). Where every block reaches
+#: every source (an encoder), blocks as large as :data:`BLOCK` allows: fewer, larger
+#: per-source matmuls and fewer small ops
 ROWS = 64
 
-#: recomputed α keeps a group per key/value head up to this many key/value heads
-GROUPED_KV = 2
+#: tokens per chunk of the per-head vectors f^h(x_j) (:func:`head_grams`)
+GRAM_TOKENS = 128
+
+#: α elements per block of rows at most ([batch, sources, heads, rows]: 8 MiB in float32,
+#: the pair matmul's output as much again). Larger blocks cost far more per element on the
+#: CPU: MiniLM at n = 512, batch 4, one layer (2 threads, side by side) 36–40 ms with
+#: blocks up to 2^21 elements, 58–95 ms from 2^21.5, 198 ms at 2^24 (the shared budget,
+#: BLOCK_SCORES); batch 8 85 against 312 ms. One sequence of 512 (3.1M elements) is split
+#: in two blocks of 256 rows: 6.5 against 6.0 ms
+BLOCK = 1 << 21
 
 
 def check_buckets(buckets: int) -> int:
@@ -67,16 +76,23 @@ def head_grams(values: torch.Tensor, p: BlockParams, budget: int = BLOCK_SCORES)
     """G_j[h, k] = f^h(x_j) · f^k(x_j) for every token: [batch, seq, heads, heads].
 
     ``values`` [batch, seq, kv_heads · head_dim] (x W_V + b_V); f^h(x_j) = v_j^h W_O^h is
-    built for a chunk of tokens at a time ([batch, chunk, heads, hidden] each)."""
+    built for a chunk of :data:`GRAM_TOKENS` tokens at a time, head-major ([heads, chunk,
+    hidden]: one batched matmul over the heads, no permute) and its Grams read from a
+    token-major view of it (one batched matmul over the tokens); chunks small enough to
+    stay in the CPU's cache. Against one einsum over every token, side by side on the
+    shared 2-core CPU: MiniLM n = 512 2.7 → 2.2 ms (1 thread), 1.09 → 1.05 ms (2);
+    Llama-small n = 2,048 3.7 → 3.3 ms (1 thread), 5.6 → 1.9 ms (2)."""
     v = head_values(values, p)  # [batch, seq, heads, head_dim]
-    w = p.w_out.reshape(p.w_out.shape[0], p.heads, p.head_dim).to(v.dtype)  # [hidden, h, e]
-    batch, seq = v.shape[:2]
-    out = torch.empty(batch, seq, p.heads, p.heads, dtype=v.dtype, device=v.device)
-    chunk = max(1, budget // max(1, batch * p.heads * w.shape[0]))
-    for start in range(0, seq, chunk):
-        f = torch.einsum("bjhe,dhe->bjhd", v[:, start : start + chunk], w)  # [b, c, h, hidden]
-        out[:, start : start + chunk] = f @ f.transpose(-1, -2)  # [batch, chunk, h, h]
-    return out
+    batch, seq, heads, dim = v.shape
+    w = p.w_out.reshape(-1, heads, dim).permute(1, 2, 0).to(v.dtype).contiguous()  # [h, e, d]
+    tokens = v.reshape(batch * seq, heads, dim)  # [tokens, heads, head_dim]
+    out = torch.empty(batch * seq, heads, heads, dtype=v.dtype, device=v.device)
+    chunk = max(1, min(GRAM_TOKENS, budget // max(1, heads * w.shape[-1])))
+    for start in range(0, batch * seq, chunk):
+        f = torch.bmm(tokens[start : start + chunk].transpose(0, 1), w)  # [h, chunk, hidden]
+        f = f.transpose(0, 1)  # [chunk, heads, hidden] (strided)
+        torch.bmm(f, f.transpose(1, 2), out=out[start : start + chunk])  # [chunk, h, h]
+    return out.view(batch, seq, heads, heads)
 
 
 def head_mix(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -95,80 +111,82 @@ def head_mix(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         lam, vec = torch.linalg.eigh(g[failed])
         low[failed] = vec * lam.clamp_min(0).sqrt().unsqueeze(-2)  # V √Λ
     heads = gram.shape[-1]
-    mean = torch.full((*gram.shape[:-2], 1, heads), 1.0 / heads, dtype=torch.float64,
-                      device=gram.device)  # fmt: skip
-    return torch.cat([low.transpose(-1, -2), mean], dim=-2).to(dtype)
-
-
-def grouped_mix(mix: torch.Tensor, groups: int) -> torch.Tensor:
-    """:func:`head_mix`'s [batch, seq, heads + 1, heads] split by groups of heads (columns),
-    each contiguous: [groups, batch, seq, heads + 1, heads / groups]."""
-    *lead, out, heads = mix.shape
-    split = mix.reshape(*lead, out, groups, heads // groups)
-    return split.permute(3, 0, 1, 2, 4).contiguous()
+    mix = torch.empty(*gram.shape[:-2], heads + 1, heads, dtype=dtype, device=gram.device)
+    mix[..., :heads, :] = low.transpose(-1, -2)  # L_jᵀ
+    mix[..., heads, :] = 1.0 / heads
+    return mix
 
 
 def pair_values(alpha: torch.Tensor, mix: torch.Tensor) -> torch.Tensor:
-    """‖a_ij‖ and ᾱ_ij of a block of query rows, source-major: alpha [batch, groups,
-    sources, heads per group, rows] (heads = groups × heads per group, in order), mix
-    [groups, batch, seq, heads + 1, heads per group] (:func:`grouped_mix`, seq ≥ sources)
-    → [2 (norm, weight), batch, sources, rows].
+    """‖a_ij‖ and ᾱ_ij of a block of query rows, source-major: alpha [batch, sources,
+    heads, rows], mix [batch, seq, heads + 1, heads] (:func:`head_mix`, seq ≥ sources) →
+    [2 (norm, weight), batch, sources, rows].
 
-    One batched matmul over the sources per group of heads ([heads + 1, heads per group] ×
-    [heads per group, rows] each, summed over the groups) and a sum of squares over the
-    heads; both quantities in one [2, …] view of its output."""
-    batch, groups, cols, per, rows = alpha.shape
-    heads = groups * per
-    t = torch.empty(batch * cols, heads + 1, rows, dtype=alpha.dtype, device=alpha.device)
-    for c in range(groups):
-        m = mix[c, :, :cols].reshape(batch * cols, heads + 1, per)
-        a = alpha[:, c].reshape(batch * cols, per, rows)
-        if c:
-            t.baddbmm_(m, a)
-        else:
-            torch.bmm(m, a, out=t)
+    One batched matmul over the sources ([heads + 1, heads] × [heads, rows] each) and a sum
+    of squares over the heads; both quantities in one [2, …] view of its output."""
+    batch, cols, heads, rows = alpha.shape
+    t = torch.bmm(
+        mix[:, :cols].reshape(batch * cols, heads + 1, heads),
+        alpha.reshape(batch * cols, heads, rows),
+    )  # [batch · sources, heads + 1, rows]
     t4 = t.view(batch, cols, heads + 1, rows)  # (L_jᵀ α_ij, ᾱ_ij)
-    norms = t4[:, :, heads - 1].square_()  # Σ_h (L_jᵀ α_ij)_h² in L's last row's place
-    for h in range(heads - 1):  # (no reduction over a middle dimension: slow on the CPU)
-        norms.addcmul_(t4[:, :, h], t4[:, :, h])
-    norms.sqrt_()
-    return t4[:, :, heads - 1 :].movedim(2, 0)  # [2 (norm, weight), batch, sources, rows]
+    # Σ_h by halves: the upper half's squares added onto the lower's (one addcmul: no pass
+    # that squares the upper half alone), then halves again, ⌈log2 heads⌉ ops in all; a sum
+    # over a middle dimension, a square pass over every head or one add per head cost more
+    # (1 thread, 512 sources × 12 heads × 512 rows: 2.1 ms against 3.3 ms for square + halves)
+    half = heads // 2
+    squares = t4[:, :, : heads - half].square_()  # [batch, sources, heads − half, rows]
+    squares[:, :, :half].addcmul_(t4[:, :, heads - half : heads], t4[:, :, heads - half : heads])
+    live = heads - half
+    while live > 1:
+        half = live // 2
+        squares[:, :, :half].add_(squares[:, :, live - half : live])
+        live -= half
+    t4[:, :, 0].sqrt_()  # ‖a_ij‖ in L's first row's place
+    return t4[:, :, ::heads].movedim(2, 0)  # [2 (norm, weight), batch, sources, rows]
 
 
-def _edges(start: int, stop: int, seq: int, buckets: int, device: torch.device) -> torch.Tensor:
-    """Prefix-sum positions of every bucket's edges for rows ``start:stop``: [2K + 2, rows].
-
-    With C[m] = Σ_{j<m}, bucket b sums C[P_b] − C[P_{b+1}] before i (P_b = i − 2^b + 1,
-    P_K = 0) and C[Q_{b+1}] − C[Q_b] after it (Q_b = i + 2^b, Q_K = seq), each clamped to
-    [0, seq]: an edge beyond the sequence makes the bucket's range empty."""
-    i = torch.arange(start, stop, device=device)[None, :]  # [1, rows]
-    powers = 2 ** torch.arange(buckets, device=device)[:, None]  # [K, 1]
-    before = torch.cat([i - powers + 1, torch.zeros_like(i)], dim=0)  # P_0 … P_K
-    after = torch.cat([i + powers, torch.full_like(i, seq)], dim=0)  # Q_0 … Q_K
-    return torch.cat([before, after], dim=0).clamp_(0, seq)  # [2K + 2, rows]
-
-
-def bucket_sums(
-    pairs: torch.Tensor, start: int, buckets: int, edges: torch.Tensor | None = None
+@functools.lru_cache(maxsize=64)
+def _membership(
+    lo: int, span: int, buckets: int, dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
+    """[span, buckets]: row t one-hot at the bucket of the distance |δ|, δ = lo − t (all
+    zero at δ = 0: the token itself is in no bucket)."""
+    delta = (lo - torch.arange(span, device=device)).abs_()  # [span]
+    edges = 2 ** torch.arange(1, buckets, device=device)  # [K − 1]: 2, 4, …, 2^(K−1)
+    bucket = (delta[:, None] >= edges).sum(dim=-1)  # ⌊log2 |δ|⌋, the last open-ended
+    member = torch.nn.functional.one_hot(bucket, buckets).to(dtype)  # [span, K]
+    return member.masked_fill_((delta == 0)[:, None], 0.0)
+
+
+def bucket_sums(pairs: torch.Tensor, start: int, buckets: int) -> torch.Tensor:
     """Per-bucket sums over sources j ≠ i of ``pairs`` [..., sources, rows] (source-major;
-    rows from query ``start``; sources past the last given add nothing): [..., K, rows],
-    summed in float64 (a long row's prefix sums stay exact enough that their differences
-    keep a near bucket's small share). ``edges``: :func:`_edges` of these rows over the
-    whole sequence, where a caller has them."""
+    rows from query ``start``; sources past the last given add nothing): [..., K, rows].
+
+    One matmul: a row's bucket depends only on its distance, so in a skewed view of the
+    rows — column t of row r holds source j = r + t − (rows − 1), the distance i − j =
+    start + rows − 1 − t the same for every row — the sums are that view times the
+    [t, bucket] membership matrix (:func:`_membership`). The view costs one transposed copy
+    into a zero-padded row-major buffer (each row ``rows − 1`` zeros, then its sources: the
+    view's rows are that buffer's with a stride one longer); no prefix sums, whose
+    differences needed float64 to keep a near bucket's small share: these are sums of
+    non-negative terms, in the pairs' own dtype (float32 for 16-bit pairs)."""
     *lead, cols, rows = pairs.shape
-    # the scan runs along the last dimension of the transposed view (a row's sources):
-    # along a middle one, torch's CPU cumsum is 2x slower
-    prefix = torch.cumsum(pairs.mT, dim=-1, dtype=torch.float64)  # C[m + 1] = Σ_{j≤m}
-    if edges is None:
-        edges = _edges(start, start + rows, cols, buckets, pairs.device)
-    else:  # the rows' slice of _edges over the whole sequence: its sources end at cols
-        edges = edges.clamp_max(cols)
-    edges = edges.mT  # [rows, 2K + 2]
-    at = prefix.gather(-1, (edges - 1).clamp_min_(0).expand(*lead, *edges.shape))
-    at = at.masked_fill_(edges == 0, 0.0).mT  # C[0] = 0   [..., 2K + 2, rows]
-    before, after = at[..., : buckets + 1, :], at[..., buckets + 1 :, :]
-    return (before[..., :-1, :] - before[..., 1:, :]) + (after[..., 1:, :] - after[..., :-1, :])
+    count = pairs[..., 0, 0].numel()
+    pad = rows - 1
+    span = pad + cols  # t: every source of every row
+    dtype = torch.promote_types(pairs.dtype, torch.float32)  # 16-bit pairs summed in float32
+    grid = pairs.new_empty(count, rows + 1, span, dtype=dtype)  # [m, rows + 1, pad + sources]
+    grid[:, :, :pad].zero_()
+    grid[:, rows, pad:].zero_()
+    # row-major (no reshape of the strided pairs first: a copy where batch > 1)
+    grid.view(*lead, rows + 1, span)[..., :rows, pad:].copy_(pairs.mT)  # [..., rows, sources]
+    # the skewed view: [m, rows, span], row r starts r elements further into its own row
+    # (past its last source it reads the next row's leading zeros, the last row the zero row)
+    skew = grid.as_strided((count, rows, span), (grid.stride(0), span + 1, 1))
+    member = _membership(start + pad, span, buckets, dtype, pairs.device)  # [span, K]
+    sums = torch.matmul(skew, member)  # [m, rows, K]
+    return sums.mT.reshape(*lead, buckets, rows)
 
 
 def row_blocks(
@@ -176,21 +194,18 @@ def row_blocks(
     scores: ScoreInputs | None,
     shape: tuple[int, int, int],
     dtype: torch.dtype,
-    budget: int = BLOCK_SCORES,
+    budget: int = BLOCK,
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """(start, α of the block's rows source-major [batch, groups, sources, heads per group,
-    rows]) over every query row (:func:`pair_values`); ``shape`` (batch, heads, seq).
-
-    Recomputed α with few key/value heads (≤ :data:`GROUPED_KV`) stays in the score
-    matmul's layout, a group per key/value head (its exp in place, the pair matmul summed
-    over the groups); with more, one transpose on the exp makes one group of all heads
-    (each group's matmul is a call over every source: many small groups cost more)."""
+    """(start, α of the block's rows source-major [batch, sources, heads, rows]) over every
+    query row (:func:`pair_values`); ``shape`` (batch, heads, seq). Blocks of ``budget``
+    elements at most, as even as that allows."""
     batch, heads, seq = shape
     rows = block_rows(batch, heads, seq, budget)
     if alpha_reach(full, scores, 0, min(seq, ROWS)) < seq:
         rows = min(rows, ROWS)
+    rows = -(-seq // -(-seq // rows))  # the same count of blocks, even sizes
     if full is None and scores is not None:
-        yield from scores.source_blocks(rows, dtype, scores.key.shape[1] <= GROUPED_KV)
+        yield from scores.source_blocks(rows, dtype)
         return
     for start in range(0, seq, rows):
         yield start, alpha_sources(full, scores, start, min(seq, start + rows), dtype)
@@ -202,23 +217,18 @@ def distance_sums(
     values: torch.Tensor,
     p: BlockParams,
     buckets: int = DEFAULT_BUCKETS,
-    budget: int = BLOCK_SCORES,
+    budget: int = BLOCK,
 ) -> torch.Tensor:
     """Σ_{j∈B_b} ‖a_ij‖ and Σ_{j∈B_b} ᾱ_ij per token: [2 (norm, weight), buckets, batch, seq]
     (float64). ``full``: the eager weights [batch, heads, seq, seq], or None to recompute
     α's rows from ``scores``; ``values`` [batch, seq, kv_heads · head_dim]."""
     batch, seq = values.shape[:2]
     mix = head_mix(head_grams(values, p, budget), values.dtype)  # [batch, seq, h + 1, h]
-    mixes: dict[int, torch.Tensor] = {}  # by the blocks' groups of heads
     out = torch.empty(2, buckets, batch, seq, dtype=torch.float64, device=values.device)
-    edges = _edges(0, seq, seq, buckets, values.device)  # [2K + 2, seq]
     for start, alpha in row_blocks(full, scores, (batch, p.heads, seq), values.dtype, budget):
         stop = start + alpha.shape[-1]
-        groups = alpha.shape[1]
-        if groups not in mixes:
-            mixes[groups] = grouped_mix(mix, groups)
-        pairs = pair_values(alpha, mixes[groups])  # [2, batch, sources, rows]
-        sums = bucket_sums(pairs, start, buckets, edges[:, start:stop])  # [2, b, K, rows]
+        pairs = pair_values(alpha, mix)  # [2, batch, sources, rows]
+        sums = bucket_sums(pairs, start, buckets)  # [2, batch, K, rows]
         out[:, :, :, start:stop] = sums.transpose(1, 2)
     return out
 

@@ -51,8 +51,8 @@ def distance_residuals(
         block = alpha[:, :, start:stop]  # [batch, heads, rows, seq]
         a = torch.einsum("bhij,bhjd->bijd", block, f)  # a_ij   [batch, rows, seq, hidden]
         real = torch.linalg.vector_norm(a, dim=-1)  # [batch, rows, seq]
-        src = block.permute(0, 3, 1, 2)[:, None]  # [batch, 1, seq, heads, rows]
-        gram_form = pair_values(src, mix[None])[0].mT  # [batch, rows, seq]
+        src = block.permute(0, 3, 1, 2)  # [batch, seq, heads, rows]
+        gram_form = pair_values(src, mix)[0].mT  # [batch, rows, seq]
         scale = real.amax(dim=-1).clamp_min(1.0)  # [batch, rows]
         pair_err[:, start:stop] = (gram_form - real).abs().amax(dim=-1) / scale
         own = torch.diagonal(real, offset=start, dim1=-2, dim2=-1)  # ‖a_ii‖  [batch, rows]
