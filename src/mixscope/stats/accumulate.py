@@ -32,14 +32,7 @@ from mixscope.registry import MeasureSet
 from mixscope.stats.arrow_tables import kind_table, measure_columns
 from mixscope.stats.histograms import LayerHistogram, TokenHistogram, bins
 from mixscope.stats.keys import ID_BITS, grouped, key_order, token_keys
-from mixscope.stats.moments import (
-    MOMENTS,
-    N_CAT,
-    TokenMoments,
-    add_extremes,
-    powers,
-    sequence_moments,
-)
+from mixscope.stats.moments import MOMENTS, N_CAT, TokenMoments, add_extremes, sequence_moments
 from mixscope.stats.singletons import restore
 from mixscope.stats.token_block import TokenBlock, Vocabulary
 from mixscope.store.schema import (
@@ -110,13 +103,13 @@ class ShardStatistics:
             return torch.from_numpy(np.ascontiguousarray(a, np.int64)).to(dev)
 
         keys, category = on_device(token_keys(block)), on_device(block.category)
-        both = powers(values)  # [tokens, 2, measures, layers] float64, once
-        v64 = both[:, 0]  # [tokens, measures, layers]
+        v64 = values.double()  # [tokens, measures, layers], once (contiguous: every scatter
+        # of it is 2-3x slower from a strided view, benchmarks/host.py)
         self._layer_hist.add(values, category)
         vocab = max(len(self._freq) if self._freq is not None else 0, block.original_id.max() + 1)
         uniq, inverse, counts = torch.unique(keys, return_inverse=True, return_counts=True)
         limit, found = self._room(uniq, len(keys), int(vocab))
-        ids = self._tokens.add(uniq, inverse, counts, values, both, limit, found)
+        ids = self._tokens.add(uniq, inverse, counts, values, v64, limit, found)
         self._token_hist.add(ids, v64)
         seq = sequence_moments(on_device(block.sequence), category, v64)
         if self._sequences is None:

@@ -3,12 +3,12 @@ category (``sequence_moments``), one block at a time, as torch operations on the
 the values are on.
 
 Both are scatters of the block's ``[token, measure, layer]`` values into groups:
-``index_add_`` for the float64 sums (Σ and Σ² side by side, ``powers``: one scatter of
-both, half the passes over the accumulators' rows), ``scatter_reduce_`` for the extremes.
-A token key gets a compact id the first time it is seen (``keys.KeyIndex``), so the
-accumulators only ever grow at the end. On the CPU the adds come in token order (each
-target receives its values in that order, from the value it had); on a GPU the order of
-the atomic adds within a block is the device's, so sums agree to float64 rounding.
+``index_add_`` for the float64 sums, ``scatter_reduce_`` for the extremes, one pass each
+over the block. A token key gets a compact id the first time it is seen
+(``keys.KeyIndex``), so the accumulators only ever grow at the end. On the CPU the adds
+come in token order (each target receives its values in that order, from the value it
+had); on a GPU the order of the atomic adds within a block is the device's, so sums agree
+to float64 rounding.
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ class TokenMoments:
     """Count, Σ, Σ², min, max of each (token key, measure, layer), dense by the key's id.
 
     The accumulators are ``[id, measure, layer]`` (float64 sums, float32 extremes: the
-    cells a token updates are contiguous), the sums held as one ``[id, 2, measure, layer]``
-    tensor (Σ then Σ²: one ``index_add_`` of a block's ``powers``); ``n`` is ``[id]``.
-    ``nbytes`` is what they hold on the device, capacity included: the shard's statistics
-    keep it under their budget.
+    cells a token updates are contiguous); ``n`` is ``[id]``. ``nbytes`` is what they hold
+    on the device, capacity included: the shard's statistics keep it under their budget.
     """
 
     def __init__(self, measures: int, device: torch.device | str = "cpu"):
@@ -39,16 +37,7 @@ class TokenMoments:
         self.layers = 0
         self.measures = measures  # stored measures of the run
         self.n = torch.zeros(0, dtype=torch.int64, device=self.device)
-        self.sums = torch.zeros(0, 2, 0, 0, dtype=torch.float64, device=self.device)
-        self.min = self.max = torch.zeros(0, device=self.device)
-
-    @property
-    def sum(self) -> torch.Tensor:
-        return self.sums[:, 0]  # [id, measure, layer]
-
-    @property
-    def sumsq(self) -> torch.Tensor:
-        return self.sums[:, 1]  # [id, measure, layer]
+        self.sum = self.sumsq = self.min = self.max = torch.zeros(0, device=self.device)
 
     @property
     def capacity(self) -> int:
@@ -60,7 +49,7 @@ class TokenMoments:
 
     @property
     def nbytes(self) -> int:
-        held = (self.n, self.sums, self.min, self.max)
+        held = (self.n, self.sum, self.sumsq, self.min, self.max)
         return sum(t.numel() * t.element_size() for t in held) + self.index.nbytes
 
     def reserve(self, size: int, layers: int, limit: int | None = None) -> None:
@@ -78,7 +67,7 @@ class TokenMoments:
         self.layers = layers
         shape = (cap, self.measures, layers)
 
-        def grown(a: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+        def grown(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
             out = torch.empty(shape, dtype=dtype, device=self.device)
             if old:
                 out[:old] = a
@@ -87,9 +76,10 @@ class TokenMoments:
         n = torch.zeros(cap, dtype=torch.int64, device=self.device)
         n[:old] = self.n
         self.n = n
-        self.sums = grown(self.sums, torch.float64, (cap, 2, self.measures, layers))
-        self.min = grown(self.min, torch.float32, shape)
-        self.max = grown(self.max, torch.float32, shape)
+        self.sum = grown(self.sum, torch.float64)
+        self.sumsq = grown(self.sumsq, torch.float64)
+        self.min = grown(self.min, torch.float32)
+        self.max = grown(self.max, torch.float32)
 
     def add(
         self,
@@ -97,7 +87,7 @@ class TokenMoments:
         inverse: torch.Tensor,  # [tokens] int64: each token's place in ``uniq``
         counts: torch.Tensor,  # [keys] int64: tokens of each key
         values: torch.Tensor,  # [tokens, measures, layers] float32
-        powers: torch.Tensor,  # [tokens, 2, measures, layers] float64: values, their squares
+        v64: torch.Tensor,  # [tokens, measures, layers] float64: values, cast once
         limit: int | None = None,
         found: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
@@ -108,12 +98,14 @@ class TokenMoments:
         self.reserve(len(self.index), values.shape[2], limit)
         if len(self.index) > before:  # the new ids' cells, set once
             fresh = slice(before, len(self.index))
-            self.sums[fresh] = 0.0
+            self.sum[fresh] = 0.0
+            self.sumsq[fresh] = 0.0
             self.min[fresh] = float("inf")
             self.max[fresh] = float("-inf")
         self.n.index_add_(0, ids, counts)  # ids unique: no lost updates
         token_ids = ids[inverse]  # [tokens]
-        self.sums.index_add_(0, token_ids, powers)
+        self.sum.index_add_(0, token_ids, v64)
+        self.sumsq.index_add_(0, token_ids, v64 * v64)  # exact: a float32's square fits
         add_extremes(self.min, self.max, token_ids, values, values)
         return token_ids
 
@@ -123,17 +115,6 @@ class TokenMoments:
         out = {"key": self.index.keys, "n": self.n[:k]}
         out.update({m: getattr(self, m)[:k] for m in MOMENTS})
         return out
-
-
-def powers(values: torch.Tensor) -> torch.Tensor:
-    """``[tokens, 2, measures, layers]`` float64: each value and its square (exact: a
-    float32's square fits in a float64), written once into one buffer, what every sum of a
-    block reads (``[:, 0]`` the values in float64)."""
-    T, M, L = values.shape
-    out = torch.empty(T, 2, M, L, dtype=torch.float64, device=values.device)
-    out[:, 0] = values
-    torch.mul(out[:, 0], out[:, 0], out=out[:, 1])
-    return out
 
 
 def add_extremes(
