@@ -39,11 +39,13 @@ DEFAULT_BUCKETS = MAX_BUCKETS = DISTANCE_BUCKETS
 
 #: query rows per block at most where the first rows do not reach every source (causal,
 #: left padding): a causal block's sources end closer to its rows (less of the masked
-#: triangle scored) and its arrays stay near the CPU's cache (Llama-small at n = 2,048, one
-#: layer, side by side: 64 rows best, 32 and 128 10–20% slower). Where every block reaches
-#: every source (an encoder), blocks as large as :data:`BLOCK` allows: fewer, larger
-#: per-source matmuls and fewer small ops
-ROWS = 64
+#: triangle scored) and its arrays stay near the CPU's cache. Llama-small at n = 2,048,
+#: the whole paper + distance analysis over the SDPA forward, one process, 9 interleaved
+#: reps, twice (2 threads): 48 rows 2.27x / 2.16x, 56 2.32x / 2.27x, 64 2.38x / 2.24x,
+#: 40 2.46x / 2.28x, 32 2.51x / 2.44x (one layer alone, earlier: 32 and 128 10–20% slower
+#: than 64). Where every block reaches every source (an encoder), blocks as large as
+#: :data:`BLOCK` allows: fewer, larger per-source matmuls and fewer small ops
+ROWS = 48
 
 #: tokens per chunk of the per-head vectors f^h(x_j) (:func:`head_grams`)
 GRAM_TOKENS = 128
