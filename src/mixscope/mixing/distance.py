@@ -39,11 +39,13 @@ DEFAULT_BUCKETS = MAX_BUCKETS = DISTANCE_BUCKETS
 
 #: query rows per block at most where the first rows do not reach every source (causal,
 #: left padding): a causal block's sources end closer to its rows (less of the masked
-#: triangle scored) and its arrays stay near the CPU's cache (Llama-small at n = 2,048, one
-#: layer, side by side: 64 rows best, 32 and 128 10–20% slower). Where every block reaches
-#: every source (an encoder), blocks as large as :data:`BLOCK` allows: fewer, larger
-#: per-source matmuls and fewer small ops
-ROWS = 64
+#: triangle scored) and its arrays stay near the CPU's cache. Llama-small at n = 2,048,
+#: the whole paper + distance analysis over the SDPA forward, one process, 9 interleaved
+#: reps, twice (2 threads): 48 rows 2.27x / 2.16x, 56 2.32x / 2.27x, 64 2.38x / 2.24x,
+#: 40 2.46x / 2.28x, 32 2.51x / 2.44x (one layer alone, earlier: 32 and 128 10–20% slower
+#: than 64). Where every block reaches every source (an encoder), blocks as large as
+#: :data:`BLOCK` allows: fewer, larger per-source matmuls and fewer small ops
+ROWS = 48
 
 #: tokens per chunk of the per-head vectors f^h(x_j) (:func:`head_grams`)
 GRAM_TOKENS = 128
@@ -159,7 +161,9 @@ def _membership(
     return member.masked_fill_((delta == 0)[:, None], 0.0)
 
 
-def bucket_sums(pairs: torch.Tensor, start: int, buckets: int) -> torch.Tensor:
+def bucket_sums(
+    pairs: torch.Tensor, start: int, buckets: int, work: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-bucket sums over sources j ≠ i of ``pairs`` [..., sources, rows] (source-major;
     rows from query ``start``; sources past the last given add nothing): [..., K, rows].
 
@@ -170,13 +174,18 @@ def bucket_sums(pairs: torch.Tensor, start: int, buckets: int) -> torch.Tensor:
     into a zero-padded row-major buffer (each row ``rows − 1`` zeros, then its sources: the
     view's rows are that buffer's with a stride one longer); no prefix sums, whose
     differences needed float64 to keep a near bucket's small share: these are sums of
-    non-negative terms, in the pairs' own dtype (float32 for 16-bit pairs)."""
+    non-negative terms, in the pairs' own dtype (float32 for 16-bit pairs). ``work``: a
+    flat buffer for the padded rows, where it is large enough (reused across blocks)."""
     *lead, cols, rows = pairs.shape
     count = pairs[..., 0, 0].numel()
     pad = rows - 1
     span = pad + cols  # t: every source of every row
     dtype = torch.promote_types(pairs.dtype, torch.float32)  # 16-bit pairs summed in float32
-    grid = pairs.new_empty(count, rows + 1, span, dtype=dtype)  # [m, rows + 1, pad + sources]
+    size = count * (rows + 1) * span
+    if work is not None and work.dtype == dtype and work.numel() >= size:
+        grid = work[:size].view(count, rows + 1, span)  # [m, rows + 1, pad + sources]
+    else:
+        grid = pairs.new_empty(count, rows + 1, span, dtype=dtype)
     grid[:, :, :pad].zero_()
     grid[:, rows, pad:].zero_()
     # row-major (no reshape of the strided pairs first: a copy where batch > 1)
@@ -195,17 +204,19 @@ def row_blocks(
     shape: tuple[int, int, int],
     dtype: torch.dtype,
     budget: int = BLOCK,
+    reuse: bool = False,
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """(start, α of the block's rows source-major [batch, sources, heads, rows]) over every
     query row (:func:`pair_values`); ``shape`` (batch, heads, seq). Blocks of ``budget``
-    elements at most, as even as that allows."""
+    elements at most, as even as that allows. ``reuse``: recomputed blocks share one
+    buffer, each overwritten by the next (:meth:`ScoreInputs.source_blocks`)."""
     batch, heads, seq = shape
     rows = block_rows(batch, heads, seq, budget)
     if alpha_reach(full, scores, 0, min(seq, ROWS)) < seq:
         rows = min(rows, ROWS)
     rows = -(-seq // -(-seq // rows))  # the same count of blocks, even sizes
     if full is None and scores is not None:
-        yield from scores.source_blocks(rows, dtype)
+        yield from scores.source_blocks(rows, dtype, reuse)
         return
     for start in range(0, seq, rows):
         yield start, alpha_sources(full, scores, start, min(seq, start + rows), dtype)
@@ -225,10 +236,16 @@ def distance_sums(
     batch, seq = values.shape[:2]
     mix = head_mix(head_grams(values, p, budget), values.dtype)  # [batch, seq, h + 1, h]
     out = torch.empty(2, buckets, batch, seq, dtype=torch.float64, device=values.device)
-    for start, alpha in row_blocks(full, scores, (batch, p.heads, seq), values.dtype, budget):
+    shape = (batch, p.heads, seq)
+    work: torch.Tensor | None = None  # bucket_sums' padded rows, one buffer for every block
+    for start, alpha in row_blocks(full, scores, shape, values.dtype, budget, reuse=True):
         stop = start + alpha.shape[-1]
         pairs = pair_values(alpha, mix)  # [2, batch, sources, rows]
-        sums = bucket_sums(pairs, start, buckets)  # [2, batch, K, rows]
+        if work is None:
+            rows = alpha.shape[-1]
+            grid_dtype = torch.promote_types(values.dtype, torch.float32)
+            work = values.new_empty(2 * batch * (rows + 1) * (rows - 1 + seq), dtype=grid_dtype)
+        sums = bucket_sums(pairs, start, buckets, work)  # [2, batch, K, rows]
         out[:, :, :, start:stop] = sums.transpose(1, 2)
     return out
 
