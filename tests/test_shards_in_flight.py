@@ -56,6 +56,11 @@ def _same(result: ShardResult) -> tuple:
     return tuple(getattr(result, k) for k in keys)
 
 
+def _files(results: list[ShardResult]) -> dict[int, dict[str, str]]:
+    """Each shard's files by kind, as their hashes: what two runs must share byte for byte."""
+    return {r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in results}
+
+
 def _ray_results(spec) -> list[ShardResult]:
     prep = prepare(spec)
     executor = make_executor(spec, prep.run_id, prep.max_length)
@@ -220,9 +225,7 @@ def test_an_actor_overlaps_the_next_shard_with_the_last_ones_finish(
     ]
     # the same results either way
     assert sorted(map(_same, two)) == sorted(map(_same, serial))
-    assert {r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in two} == {
-        r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in serial
-    }
+    assert _files(two) == _files(serial)
 
 
 def test_the_local_executor_overlaps_like_an_actor(tiny_bert_dir, tmp_path, monkeypatch):
@@ -242,9 +245,7 @@ def test_the_local_executor_overlaps_like_an_actor(tiny_bert_dir, tmp_path, monk
     assert [r.shard_id for r in order] == [0, 1, 2, 3]
     for prev, nxt in pairwise(_by_device(serial)):
         assert prev["finish_end"] <= nxt["device_start"], (prev, nxt)
-    assert {r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in two} == {
-        r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in serial
-    }
+    assert _files(two) == _files(serial)
 
 
 def test_three_in_flight_keep_the_model_busy_while_two_finish(tiny_bert_dir, tmp_path, monkeypatch):
@@ -277,5 +278,4 @@ def test_three_in_flight_keep_the_model_busy_while_two_finish(tiny_bert_dir, tmp
     assert max(alive_at_device_start(runs[3])) == 3
     three = _by_device(runs[3])
     assert three[2]["device_start"] < three[0]["finish_end"]  # shard 2 on the model early
-    files = lambda rs: {r.shard_id: {k: f.sha256 for k, f in r.files.items()} for r in rs}  # noqa: E731
-    assert files(runs[3]) == files(runs[2]) == files(serial)
+    assert _files(runs[3]) == _files(runs[2]) == _files(serial)

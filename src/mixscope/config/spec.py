@@ -155,7 +155,7 @@ class RuntimeSpec:
     max_retries: int = setting(2, "Attempts per shard after the first.")
     # runtime/ray_executor.py, runtime/worker.py: 2 keeps the device busy while the
     # previous shard's files are written; more write several shards' files at once, on
-    # host cores a fast device leaves idle (benchmarks/pipeline.py --finish-bound)
+    # host cores a fast device leaves idle (benchmarks/finish_parallel.py, actor.py --in-flight)
     shards_in_flight: int = setting(
         2,
         f"Shards an actor holds at once (1 to {MAX_SHARDS_IN_FLIGHT}): with 2 the next shard "

@@ -132,16 +132,14 @@ def merged_counts(
             done.append(counted(np.concatenate(raw)))
         keys, weights = (np.concatenate(x) for x in zip(*done, strict=True))
         if len(done) > 1:  # sorted runs, each event once within a run
-            order = np.argsort(keys, kind="stable")
-            keys, weights = keys[order], weights[order]
-            starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-            keys, weights = keys[starts], np.add.reduceat(weights, starts)
+            keys, weights = counted(keys, weights, kind="stable")
         return torch.from_numpy(keys), torch.from_numpy(weights.astype(np.int64))
-    ones = lambda e: torch.ones_like(e)  # noqa: E731
     events = torch.cat([e for e, _ in parts])
     uniq, inverse = torch.unique(events, return_inverse=True)
     counts = torch.zeros(len(uniq), dtype=torch.int64, device=uniq.device)
-    counts.index_add_(0, inverse, torch.cat([c if c is not None else ones(e) for e, c in parts]))
+    counts.index_add_(
+        0, inverse, torch.cat([torch.ones_like(e) if c is None else c for e, c in parts])
+    )
     return uniq, counts
 
 

@@ -10,6 +10,8 @@ several columns.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
 
@@ -38,17 +40,22 @@ def grouped(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, starts, sorted_keys[starts]
 
 
-def counted(keys: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def counted(
+    keys: np.ndarray,
+    weights: np.ndarray | None = None,
+    kind: Literal["quicksort", "stable"] = "quicksort",
+) -> tuple[np.ndarray, np.ndarray]:
     """(unique sorted keys, the sum of the weights of each) of int64 ``keys``. numpy's
     sort of int64 is vectorized (several times a radix pass's or torch's CPU sort's
     speed); where every weight is one (``None``, or events not counted before), the keys
-    alone are sorted and the counts are the runs' lengths."""
+    alone are sorted and the counts are the runs' lengths. ``kind``: the weighted sort's
+    (``"stable"`` for keys that are sorted runs already: a linear merge)."""
     if len(keys) == 0:
         return keys, np.zeros(0, np.int64)
     if weights is None or bool((weights == 1).all()):
         ordered, w = np.sort(keys), None
     else:
-        order = np.argsort(keys)
+        order = np.argsort(keys, kind=kind)
         ordered, w = keys[order], weights[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     sums = np.diff(np.r_[starts, len(ordered)]) if w is None else np.add.reduceat(w, starts)
