@@ -434,7 +434,12 @@ def test_killed_ray_job_on_s3_resumes_to_the_local_rows(ray_local, s3, tiny_bert
         "kill": {"shard": 1, "once": str(tmp_path / "actor-killed")},
         "crash_before_commit": {"shard": 3, "once": str(tmp_path / "driver-killed")},
     }
-    args = [*cli_args(tiny_bert_dir, out), "--set", "runtime.shard_order=plan"]
+    # one shard in flight per actor: shard 3 starts only after two slots freed, one of them a
+    # commit, so the tokens view below exists (2 in flight start shards 0-3 together)
+    args = [
+        *cli_args(tiny_bert_dir, out),
+        *("--set", "runtime.shard_order=plan", "--set", "runtime.shards_in_flight=1"),
+    ]
     proc = driver_process(args, {"MIXSCOPE_FAULTS": json.dumps(faults)})
     log = proc.communicate(timeout=300)[0].decode(errors="replace")
     assert proc.returncode == 137, log[-2000:]

@@ -95,22 +95,28 @@ FLIPS = ["detail file", "documents file", "statistics partial", "generation"]
 @pytest.fixture(scope="module")
 def partial_root(tiny_bert_dir, tmp_path_factory):
     """(root, run id) of the demo job whose driver died (exit 137) before shard 7's commit,
-    in plan order: the shards before it committed, their statistics still per-shard
-    partials (no consolidation ran: it does every 32 commits and at a run's end)."""
+    in plan order on one actor holding one shard at a time: shards 0-6 committed, their
+    statistics still per-shard partials (no consolidation ran: it does every 32 commits and
+    at a run's end)."""
     import json
 
     from run_helpers import driver_process
 
     out = tmp_path_factory.mktemp("partials") / "out"
     fault = {"crash_before_commit": {"shard": 7, "once": str(out.parent / "m")}}
-    args = [*cli_args(tiny_bert_dir, out), "--set", "runtime.shard_order=plan"]
+    args = [
+        *cli_args(tiny_bert_dir, out),
+        *("--workers", "1", "--set", "runtime.shard_order=plan"),
+        *("--set", "runtime.shards_in_flight=1"),
+    ]
     proc = driver_process(args, {"MIXSCOPE_FAULTS": json.dumps(fault)})
     proc.wait(timeout=300)
     assert proc.returncode == 137
     layout = Layout.open(str(out))
     (run_id,) = layout.list_dirs(layout.runs_dir())
-    # shards before 7 committed (which ones depends on the two actors' pace), none merged
-    assert latest(layout, run_id).generation == 0 and manifest.commits(layout, run_id)
+    # shards 0-6 committed in order (the flips below read shards 2 and 5), none merged
+    assert latest(layout, run_id).generation == 0
+    assert sorted(manifest.commits(layout, run_id)) == list(range(7))
     return str(out), run_id
 
 
