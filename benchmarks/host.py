@@ -265,6 +265,7 @@ def floor(vocab: Any, seqs: list, wide: list, chunk: int, reps: int) -> dict:
 
     values = {k: sum(map(value_bytes, t.columns)) for k, t in tables.items()}
     return {
+        "tokens": len(seqs) * SEQ_LEN,
         "cpu": {k: statistics.median(v) for k, v in cpu.items()},
         "rows": {k: t.num_rows for k, t in tables.items()},
         "value_bytes": values,
@@ -338,8 +339,14 @@ def serve(args: argparse.Namespace) -> int:
                 }
             elif mode == "old":
                 result = run_old(tok, seqs, measures, chunk)
-            elif mode == "floor":
-                result = floor(Vocabulary(tok), seqs, wide, chunk, int(rep))
+            elif mode == "floor":  # "floor REPS SEQS": a shard of SEQS sequences of its own
+                reps, n_seqs = (int(x) for x in rep.split(","))
+                sized = (seqs, wide)
+                if n_seqs != len(seqs):  # the same Zipf draw, longer or shorter
+                    width = wide[0].shape[1]  # [layer, column, seq]
+                    sized = synthetic_shard(np.random.default_rng(0), 0, n_seqs, width)
+                result = floor(Vocabulary(tok), *sized, chunk, reps)
+                del sized
             elif mode in GROUP_MODES:
                 result = run_new(root, mode, Vocabulary(tok), seqs, wide, chunk)
             else:
@@ -471,8 +478,10 @@ def report(med: dict, tokens: int, args: argparse.Namespace, load: tuple, code: 
     return "\n".join(out) + "\n"
 
 
-def floor_report(encoding: dict, tokens: int) -> str:
-    """The encoding floor (``floor``) as a paragraph of the saved section."""
+def floor_report(encoding: dict, tokens: int, sizes: list[dict]) -> str:
+    """The encoding floor (``floor``) as a paragraph of the saved section, then the same at
+    each shard size of ``--floor-seqs`` (``sizes``): which tables' cost per token falls with
+    the shard (keys that recur: token types, the dense layer grid) and which does not."""
     cpu, rows, raw = encoding["cpu"], encoding["rows"], encoding["value_bytes"]
     total = sum(cpu.values())
     parts = ", ".join(
@@ -486,8 +495,64 @@ def floor_report(encoding: dict, tokens: int) -> str:
         f"thread, nothing else timed: {parts}), {sum(raw.values()) / tokens:,.0f} bytes of "
         f"non-null values per token: with the tables as they are, the statistics path "
         f"cannot pass **{ceiling:,.0f} tokens/s per core** however fast the accumulation "
-        f"(the goal with every group: {GOAL_ALL:,}).\n"
+        f"(the goal with every group: {GOAL_ALL:,}).\n" + sizes_report(sizes)
     )
+
+
+#: the tables the shard-size table names (the rest are summed as "other")
+SIZED = ("token_stats", "token_hist", "layer_hist")
+
+
+def sizes_report(sizes: list[dict]) -> str:
+    """The encoding floor by shard size: µs per token of each large table, their rows per
+    token, and the ceiling it sets; then how much each table's cost per token fell from the
+    smallest shard to the largest (a table whose rows grow with the tokens barely falls)."""
+    if len(sizes) < 2:
+        return ""
+    out = [
+        "",
+        "By shard size (the same Zipf ids drawn for larger shards; encoding only, µs per token;"
+        " rows per token in brackets):",
+        "",
+        "| tokens per shard | all tables | "
+        + " | ".join(f"`{k}`" for k in SIZED)
+        + " | other | ceiling, tokens/s per core |",
+        "|---|---|" + "---|" * len(SIZED) + "---|---|",
+    ]
+    for r in sizes:
+        n, cpu, rows = r["tokens"], r["cpu"], r["rows"]
+        cells = [f"{1e6 * cpu[k] / n:.3f} ({rows[k] / n:.2f})" for k in SIZED]
+        other = sum(v for k, v in cpu.items() if k not in SIZED)
+        total = sum(cpu.values())
+        out.append(
+            f"| {n:,} | **{1e6 * total / n:.3f}** | "
+            + " | ".join(cells)
+            + f" | {1e6 * other / n:.3f} | {n / total:,.0f} |"
+        )
+    first, last = sizes[0], sizes[-1]
+    grew = last["tokens"] / first["tokens"]
+
+    def fell(k: str) -> float:  # cost per token, smallest shard over largest
+        return (first["cpu"][k] / first["tokens"]) / (last["cpu"][k] / last["tokens"])
+
+    hist_rows = last["rows"]["token_hist"] / last["tokens"]
+    out += [
+        "",
+        f"From {first['tokens']:,} to {last['tokens']:,} tokens per shard ({grew:.0f}× the "
+        "tokens), the cost per token fell "
+        + ", ".join(f"{fell(k):.1f}× for `{k}`" for k in SIZED)
+        + f". `token_hist` keeps {hist_rows:.1f} rows per token at the largest size"
+        + (
+            ": its 4,096-bin histogram per token type and measure has a cell of its own for "
+            "most occurrences until a shard holds far more occurrences per type, so its "
+            "encoding grows with the tokens, not the keys, and so does the host work of a "
+            "shard's statistics, whatever device accumulates them."
+            if hist_rows >= 1
+            else "."
+        ),
+        "",
+    ]
+    return "\n".join(out)
 
 
 def main() -> int:
@@ -499,10 +564,16 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="where to write (default: the temp dir)")
     parser.add_argument("--baseline", default=BASELINE, help="git revision to compare with")
     parser.add_argument("--save", action="store_true", help=f"also write {RESULTS}")
+    parser.add_argument(
+        "--floor-seqs",
+        default="600,2400,9600",
+        help="shard sizes (sequences, comma-separated) of the encoding floor's table",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
-        args.shard_seqs, args.reps = 128, 1
+        args.shard_seqs, args.reps, args.floor_seqs = 128, 1, "128,256"
+    floor_seqs = [int(x) for x in args.floor_seqs.split(",") if x]
     if args.serve:
         return serve(args)
 
@@ -528,7 +599,12 @@ def main() -> int:
                     file=sys.stderr,
                 )
         profiles = sides["current"].ask_line("profile 0")
-        encoding = sides["current"].ask_line(f"floor {max(3, args.reps)}")
+        floor_reps = max(3, args.reps)
+        encoding = sides["current"].ask_line(f"floor {floor_reps},{args.shard_seqs}")
+        sizes = []
+        for n_seqs in floor_seqs:
+            print(f"  encoding floor: {n_seqs} sequences", file=sys.stderr)
+            sizes.append(sides["current"].ask_line(f"floor {floor_reps},{n_seqs}"))
         for side in sides.values():
             side.close()
     finally:
@@ -548,7 +624,7 @@ def main() -> int:
         pairs = zip(times["baseline"][mode], times["current"][mode], strict=True)
         med["current"][mode]["paired"] = statistics.median(b["cpu"] / c["cpu"] for b, c in pairs)
     text = report(med, tokens, args, (load_before[0], load_after[0]), source_state())
-    text += "\n" + floor_report(encoding, tokens)
+    text += "\n" + floor_report(encoding, tokens, sizes)
     print(f"mixscope host benchmark; pyarrow {pa.__version__}, numpy {np.__version__}\n\n" + text)
     for mode, (total, top, sizes) in profiles.items():
         print()
