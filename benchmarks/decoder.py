@@ -33,7 +33,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch
 
 from common import fmt_row, machine, progress, rule, save_results, wikitext_path
-from models import DECODER_CONFIGS, build_decoder, real_batch, resolve_device
+from models import DECODER_CONFIGS, build_decoder, real_batch
 from timing import (
     cuda_peak_mib,
     interleaved,
@@ -41,7 +41,7 @@ from timing import (
     quartiles,
     rss_peak_increase,
     run_child,
-    synchronizer,
+    start,
 )
 
 
@@ -149,7 +149,7 @@ def memory_cuda(args: argparse.Namespace, loaded: Any, engine: Any) -> list[dict
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:  # noqa: C901 - a script's steps
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Forward vs engine vs analyze and peak memory vs n for one random decoder config."""
     args = parse_args(argv)
     if args.memory_child:
@@ -158,19 +158,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:  # noqa: C901 - a scr
 
     import transformers
 
-    transformers.utils.logging.disable_progress_bar()
-
     import mixscope
     from mixscope.mixing.engine import MixingEngine
 
-    torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
-    sync = synchronizer(device)
-    t_start = time.perf_counter()
-    mem_rows: list[dict[str, Any]] = []
-    if not args.no_memory and device.type == "cpu":
-        progress(f"memory: fresh subprocesses, n = {args.mem_seq_lens}", t_start)
-        mem_rows = memory_cpu(args)
+    what = f"memory: fresh subprocesses, n = {args.mem_seq_lens}"
+    device, sync, t_start, mem_rows = start(args, memory_cpu, what)
     progress(f"building a random {args.decoder}", t_start)
     loaded = build_decoder(args.decoder, device, args.dtype)
     model, tok = loaded.model, loaded.tokenizer

@@ -45,9 +45,9 @@ import torch
 from common import fmt_row, machine, minilm_path, progress, rule, save_results, wikitext_path
 from engine_markdown import engine_markdown
 from engine_memory import memory_child, memory_cpu, memory_cuda, print_memory
-from models import DECODER_CONFIGS, RANDOM_CONFIGS, build_encoder, real_batch, resolve_device
+from models import DECODER_CONFIGS, RANDOM_CONFIGS, build_encoder, real_batch
 from naive import NaiveDecomposition, naive_tensor_mb
-from timing import interleaved, paired_ratio, quartiles, synchronizer
+from timing import interleaved, paired_ratio, quartiles, start
 
 # --------------------------------------------------------------------------- arguments
 
@@ -118,23 +118,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:  # noqa: C901 - a scr
         memory_child(args)
         return {}
 
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-
     import mixscope
     from mixscope.mixing.engine import MixingEngine, attention_implementation
 
-    torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
-    sync = synchronizer(device)
-    t_start = time.perf_counter()
-
-    # memory first, in fresh subprocesses, while this process is idle
-    mem_rows: list[dict[str, Any]] = []
-    if not args.no_memory and device.type == "cpu":
-        progress("memory: fresh subprocesses", t_start)
-        mem_rows = memory_cpu(args)
+    # memory first (CPU), in fresh subprocesses, while this process is idle
+    device, sync, t_start, mem_rows = start(args, memory_cpu, "memory: fresh subprocesses")
     progress("loading the model", t_start)
 
     loaded = build_encoder(args.model, args.random_config, device)

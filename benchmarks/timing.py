@@ -7,6 +7,7 @@ ratios, so slow drifts and noisy neighbours hit every method alike; peak RSS sam
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -15,9 +16,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+from common import progress
+from models import resolve_device
 
 MALLOC_ENV = {
     # fixed thresholds (dynamic adjustment off): every allocation >= 128 KiB is its own
@@ -31,6 +35,40 @@ def synchronizer(device: torch.device) -> Callable[[], None]:
     if device.type == "cuda":
         return torch.cuda.synchronize
     return lambda: None
+
+
+class Start(NamedTuple):
+    """What :func:`start` set up for a timed benchmark's main."""
+
+    device: torch.device
+    sync: Callable[[], None]
+    t0: float  # time.perf_counter() at the start: the zero of common.progress
+    mem_rows: list[dict[str, Any]]  # CPU: measured already; CUDA: none yet
+
+
+def start(
+    args: argparse.Namespace,
+    memory_cpu: Callable[[argparse.Namespace], list[dict[str, Any]]],
+    what: str,
+) -> Start:
+    """The first steps of engine.py's and decoder.py's main, one order for both:
+    transformers' weight-loading bars off, ``args.threads`` torch threads, ``args.device``
+    and its synchronizer, the clock; then on CPU (unless ``args.no_memory``) the memory
+    rows of ``memory_cpu``, announced as ``what``. They run *first*, in fresh subprocesses
+    while this process is idle, so the children never share the machine with the timing;
+    on CUDA the caller measures memory after the timing, on the model it loaded."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    sync = synchronizer(device)
+    t0 = time.perf_counter()
+    mem_rows: list[dict[str, Any]] = []
+    if not args.no_memory and device.type == "cpu":
+        progress(what, t0)
+        mem_rows = memory_cpu(args)
+    return Start(device, sync, t0, mem_rows)
 
 
 def interleaved(

@@ -15,6 +15,7 @@ import torch
 
 from reference_distance import distance_measures
 from reference_ff import ff_measures
+from reference_sink import sink_measures
 
 #: where each family keeps the pieces of one attention block (paths relative to the block)
 _BERT_LIKE = {
@@ -273,19 +274,6 @@ def block_reference(
         "attnresln_n": np.linalg.norm(F, axis=2)[sub],
     }
     return BlockReference(alpha, a, r, F, z, s, rebuilt, ln_of_z, measures, pairs)
-
-
-def sink_measures(alpha: np.ndarray, a: np.ndarray) -> dict[str, np.ndarray]:
-    """sink_w, sink_n of every token from α [H, n, n] and the parts a_ij [n, n, d] of the
-    real tokens only (index 0 = the first real token): ᾱ_i0 and
-    ‖a_i0‖ / (‖a_i0‖ + ‖Σ_{j≠0} a_ij‖), by the textbook formula."""
-    n = a.shape[0]
-    sink_n = np.empty(n)
-    for i in range(n):
-        own = np.linalg.norm(a[i, 0])
-        rest = np.linalg.norm(sum((a[i, j] for j in range(1, n)), np.zeros(a.shape[2])))
-        sink_n[i] = own / (own + rest)
-    return {"sink_w": alpha[:, :, 0].mean(axis=0), "sink_n": sink_n}
 
 
 @dataclass

@@ -30,6 +30,7 @@ import torch
 
 from reference_distance import distance_measures
 from reference_ff import ff_measures, moe_measures
+from reference_sink import sink_measures
 
 MEASURES = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
@@ -697,17 +698,6 @@ def _ratio(P: np.ndarray) -> np.ndarray:
     return out
 
 
-def _sink(alpha: np.ndarray, a: np.ndarray) -> dict[str, np.ndarray]:
-    """sink_w = ᾱ_i0, sink_n = ‖a_i0‖ / (‖a_i0‖ + ‖Σ_{j≠0} a_ij‖), textbook formula."""
-    n = a.shape[0]
-    sink_n = np.empty(n)
-    for i in range(n):
-        own = np.linalg.norm(a[i, 0])
-        rest = np.linalg.norm(sum((a[i, j] for j in range(1, n)), np.zeros(a.shape[2])))
-        sink_n[i] = own / (own + rest)
-    return {"sink_w": alpha[:, :, 0].mean(axis=0), "sink_n": sink_n}
-
-
 @dataclass
 class SequenceReference:
     layers: list[BlockReference]
@@ -798,7 +788,7 @@ def reference(
             "attnres_w": attn_w / 2,
             "attnres_n": _ratio(r),
             "attnresln_n": _ratio(F),
-            **_sink(alpha, a),
+            **sink_measures(alpha, a),
             **distance_measures(alpha, a),
         }
         if L.sinks is not None:

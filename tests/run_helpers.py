@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -33,6 +34,22 @@ def job_spec(model: str, out, **overrides) -> JobSpec:
         "output.detail": "full",
     }
     return load_spec(None, {**base, **overrides})
+
+
+def executor_events(spec: JobSpec) -> tuple[list, Any, Any]:
+    """(every event, the executor, the prepared run) of ``spec``'s shards run straight
+    through its executor, closed after: no driver, so nothing is committed, and the caller
+    reads what the executor (its pool's actors) did and saw."""
+    from mixscope.runtime.driver import prepare
+    from mixscope.runtime.executor import make_executor
+
+    prep = prepare(spec)
+    executor = make_executor(spec, prep.run_id, prep.max_length)
+    try:
+        events = list(executor.run(prep.plan.shards))
+    finally:
+        executor.close()
+    return events, executor, prep
 
 
 def cli_args(model: str, out) -> list[str]:

@@ -16,6 +16,7 @@ import json
 import math
 import warnings
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,13 @@ class Rows:
         ]
         self.runs = sorted(set(cols["run_id"]))
 
+    def each_run(self, run_id: str | None = None) -> Iterator[tuple[str, np.ndarray]]:
+        """(run id, mask of its rows) of every run, or of ``run_id`` alone: what a named
+        query's ``run_id`` parameter selects."""
+        for r in self.runs:
+            if run_id is None or r == run_id:
+                yield r, self.run_id == r
+
     def group(self, *keys: str, where=None) -> dict[tuple, list[int]]:
         """key tuple → row indices, in sorted key order."""
         out: dict[tuple, list[int]] = defaultdict(list)
@@ -241,10 +249,7 @@ def rank_maps(res: dict, rows: Rows, reference: str | None):
 
 def expect_summary(rows: Rows, run_id=None):
     out = []
-    for r in rows.runs:
-        if run_id is not None and r != run_id:
-            continue
-        sel = rows.run_id == r
+    for r, sel in rows.each_run(run_id):
         for m in MEASURES:
             v = rows.values[m][sel]
             out.append((r, m, mean(v), float(v.max()), float(v.min()), int(sel.sum())))
@@ -329,10 +334,7 @@ def expect_frequency_bins(res, rows: Rows, run_id=None, reference=None, per_deca
 
 def expect_depth_correlation(rows: Rows, run_id=None):
     out = []
-    for r in rows.runs:
-        if run_id is not None and r != run_id:
-            continue
-        sel = rows.run_id == r
+    for r, sel in rows.each_run(run_id):
         for m in MEASURES:
             values = rows.values[m][sel]
             out.append((r, m, rho(rows.layer[sel], values), int(sel.sum()), rho_bound(values, m)))
@@ -394,9 +396,7 @@ def expect_compare_token_types(rows: Rows, a: str, b: str):
 
 def expect_top_tokens(rows: Rows, run_id=None, min_count=20, k=10):
     out = []
-    for r in rows.runs:
-        if run_id is not None and r != run_id:
-            continue
+    for r, _ in rows.each_run(run_id):
         per_token = rows.group("token_id", where=lambda i, r=r: rows.run_id[i] == r)
         stats = []
         for tid, idx in per_token.items():

@@ -21,12 +21,11 @@ from typing import Any
 from mixscope.corpus.plan import Shard
 from mixscope.runtime.actor_pool import Actor, ActorPool
 from mixscope.runtime.driver import prepare
-from mixscope.runtime.executor import make_executor
 from mixscope.runtime.node_health import NodeHealth
 from mixscope.runtime.shard_result import ShardResult
 from mixscope.runtime.worker import ShardWorker
 from mixscope.store import manifest
-from run_helpers import job_spec
+from run_helpers import executor_events, job_spec
 
 SLOW_FINISH = 1.5
 #: a job's shards slowed on the model too: shard k+1 reaches the worker when shard k-1 is
@@ -62,12 +61,7 @@ def _files(results: list[ShardResult]) -> dict[int, dict[str, str]]:
 
 
 def _ray_results(spec) -> list[ShardResult]:
-    prep = prepare(spec)
-    executor = make_executor(spec, prep.run_id, prep.max_length)
-    try:
-        events = list(executor.run(prep.plan.shards))
-    finally:
-        executor.close()
+    events, _, prep = executor_events(spec)
     assert manifest.commits(prep.layout, prep.run_id) == {}  # executors never commit
     assert [e.kind for e in events] == ["done"] * len(prep.plan.shards)
     return [e.result for e in events if e.result is not None]

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from mixscope.config import load_spec
 from mixscope.errors import MixscopeError
 from mixscope.runtime import actor_pool
 from mixscope.runtime.driver import prepare
@@ -23,26 +22,23 @@ from mixscope.runtime.executor import make_executor
 from mixscope.runtime.shard_result import ShardResult
 from mixscope.runtime.worker import ShardWorker
 from mixscope.store import manifest
+from run_helpers import executor_events, job_spec
 
-DEMO = Path(__file__).parents[1] / "jobs" / "data" / "demo.txt"
 SLOW_LOAD = 2.0
 
 
 def _spec(model: str, out: Path, executor: str, **extra):
-    return load_spec(
-        None,
-        {
-            "model": model,
-            "corpus.paths": [str(DEMO)],
-            "corpus.limit": 9,
-            "out": str(out),
-            "runtime.executor": executor,
-            "runtime.docs_per_shard": 3,
-            "runtime.batch_size": 4,
-            "analysis.max_length": 32,
-            **extra,
-        },
-    )
+    """run_helpers' demo job, smaller: 9 documents in 3 shards of 3, one worker and the
+    spec's own retries and detail."""
+    small = {
+        "corpus.limit": 9,
+        "runtime.executor": executor,
+        "runtime.docs_per_shard": 3,
+        "runtime.workers": 1,
+        "runtime.max_retries": 2,
+        "output.detail": "sample",
+    }
+    return job_spec(model, out, **{**small, **extra})
 
 
 def _same(result: ShardResult) -> tuple:
@@ -83,12 +79,7 @@ def test_the_first_shard_is_tokenized_while_the_model_loads(tiny_bert_dir, tmp_p
 
 
 def _ray_events(spec) -> tuple[list, list[dict], object]:
-    prep = prepare(spec)
-    executor = make_executor(spec, prep.run_id, prep.max_length)
-    try:
-        events = list(executor.run(prep.plan.shards))
-    finally:
-        executor.close()
+    events, executor, prep = executor_events(spec)
     assert executor.pool is not None
     return events, [a.info for a in executor.pool.actors], prep
 
