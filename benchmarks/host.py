@@ -525,7 +525,7 @@ def sizes_report(sizes: list[dict]) -> str:
         other = sum(v for k, v in cpu.items() if k not in SIZED)
         total = sum(cpu.values())
         out.append(
-            f"| {n:,} | **{1e6 * total / n:.3f}** | "
+            f"| {n:,} | {1e6 * total / n:.3f} | "
             + " | ".join(cells)
             + f" | {1e6 * other / n:.3f} | {n / total:,.0f} |"
         )
