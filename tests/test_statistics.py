@@ -341,16 +341,33 @@ def test_float16_detail_error_is_within_its_bound(full_run, tiny_bert_dir, tmp_p
 
 
 def test_the_driver_consolidates_in_the_background_as_it_goes(tiny_bert_dir, tmp_path, monkeypatch):
+    import threading
+
     monkeypatch.setattr(driver, "CONSOLIDATE_EVERY", 2)
     seen = []
     real = consolidation.consolidate
+    merged = threading.Event()  # a consolidation the driver started during the run is done
 
     def spy(layout, run_id, *, min_new=1):
         gen = real(layout, run_id, min_new=min_new)
         seen.append((gen.generation, len(gen.shards)))
+        if min_new > 1:  # started by a commit, not the run's start or end
+            merged.set()
         return gen
 
+    commit, commits = manifest.commit_shard, []
+
+    def commit_after_merge(layout, run_id, record):
+        # the third commit waits for the consolidation the second one started: unforced,
+        # that thread may list the commits only after the last one (the other shards
+        # commit within ~0.1 s here) and then covers them all
+        if len(commits) == 2:
+            assert merged.wait(120), "no consolidation started at the second commit"
+        commits.append(record.shard_id)
+        commit(layout, run_id, record)
+
     monkeypatch.setattr(driver, "consolidate", spy)
+    monkeypatch.setattr(manifest, "commit_shard", commit_after_merge)
     s = run_job(_spec(tiny_bert_dir, tmp_path), show_progress=False)
     assert s.status == "complete"
     assert any(0 < shards < s.shards_total for _, shards in seen)  # during the run
