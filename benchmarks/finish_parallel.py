@@ -108,7 +108,17 @@ def main() -> None:
         f"median of {args.reps}): one after another {serial:.3f} s wall ({cpu_serial:.3f} s CPU), "
         f"side by side on {args.shards} threads {side:.3f} s wall ({cpu_side:.3f} s CPU): "
         f"**{serial / side:.2f}×** the rate (`python benchmarks/finish_parallel.py "
-        f"--shards {args.shards} --reps {args.reps}`)."
+        f"--shards {args.shards} --reps {args.reps}`). Cores kept busy (CPU over wall): "
+        f"{cpu_serial / serial:.2f} one after another (a finish encodes its files on threads "
+        f"of its own), {cpu_side / side:.2f} side by side"
+        + (
+            f" of {os.cpu_count()}: the threads run at once, not in turn on the GIL, so the "
+            "rate is bounded by the free cores"
+            if cpu_side / side > 0.8 * (os.cpu_count() or 1)
+            else ": fewer than the machine's cores, so something serialises them (the GIL or "
+            "a lock)"
+        )
+        + "."
     )
     publish("finish-parallel", [line], args.save)
 
