@@ -71,3 +71,6 @@ def test_every_shipped_job_spec_validates(name):
     if name == "long_context.yaml":  # long segments: the fast path and a token budget
         assert spec.analysis.attention == "fast" and spec.analysis.max_length == 8192
         assert spec.runtime.batch_tokens // spec.analysis.max_length == 4
+    if name == "gpu_cluster.yaml":  # a host core for each shard finishing beside the GPU
+        assert spec.runtime.shards_in_flight - 1 <= spec.runtime.cpus_per_worker
+        assert spec.runtime.worker_range() == (1, 8) and spec.analysis.measures == ("all",)
