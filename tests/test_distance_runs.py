@@ -119,6 +119,38 @@ def test_distance_profile_against_the_detail_rows(root, beyond):
         assert g["beyond_n"] == pytest.approx(1 - near[0]["share_n"] - near[1]["share_n"])
 
 
+def test_the_run_summary_shows_reach_instead_of_two_dozen_shares(root):
+    """What ``mixscope run`` prints: the paper's columns as the named query has them, the 24
+    bucket shares replaced by each layer's reach, computed here from the detail rows."""
+    from mixscope.sql.summary import layer_summary
+
+    ids = root["ids"]
+    headers, rows = layer_summary(root["root"], ids["distance"])
+    assert headers == [
+        "layer", "tokens", "attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n",
+        "reach_n", "reach_w",
+    ]  # fmt: skip
+    norm, weight = _shares(root["root"], ids["distance"])
+    want_n, want_w = _expected(norm, 64), _expected(weight, 64)
+    assert [r[0] for r in rows] == sorted(want_n)
+    for row in rows:
+        assert row[-2] == pytest.approx(want_n[row[0]][2], rel=1e-6)
+        assert row[-1] == pytest.approx(want_w[row[0]][2], rel=1e-6)
+        assert row[-2] != pytest.approx(row[-1])  # by norm and by weight disagree
+    # a run without the group: the named query's columns as they are
+    headers, rows = layer_summary(root["root"], ids["paper"])
+    assert headers == [
+        "layer",
+        "tokens",
+        "attn_w",
+        "attn_n",
+        "attnres_w",
+        "attnres_n",
+        "attnresln_n",
+    ]
+    assert len(rows) == len(want_n)
+
+
 def test_distance_compare_bucket_by_bucket(root):
     ids = root["ids"]
     con = connect(root["root"])

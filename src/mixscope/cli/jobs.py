@@ -34,6 +34,12 @@ def _print_summary(summary: Any) -> None:
     if s.shards_done:
         headers, rows = layer_summary(s.root, s.run_id)
         click.echo(aligned_table(headers, [list(r) for r in rows]))
+        if "reach_n" in headers:
+            click.echo(
+                "reach_n, reach_w: the layer's mean distance to its context in tokens, by norm "
+                f"and by weight; per distance: mixscope query {s.root} distance_profile",
+                err=True,
+            )
 
 
 @click.command()

@@ -1,8 +1,19 @@
-"""The per-layer summary printed at the end of ``mixscope run``."""
+"""The per-layer summary printed at the end of ``mixscope run``.
+
+The ``layer_summary`` query's columns, for a terminal: a run with the distance group has
+two dozen bucket shares per layer (``dist_n_0`` … ``dist_w_11``), too wide to read there, so
+they are replaced by the layer's mean reach in tokens by norm and by weight
+(``distance_profile``'s ``reach_n`` / ``reach_w``); the shares per bucket stay one named
+query away.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+#: the distance group's bucket columns (registry: ``dist_n_<b>`` / ``dist_w_<b>``)
+BUCKET_COLUMN = re.compile(r"^dist_[nw]_\d+$")
 
 
 def layer_summary(root: str, run_id: str) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -11,6 +22,19 @@ def layer_summary(root: str, run_id: str) -> tuple[list[str], list[tuple[Any, ..
     from mixscope.store.unreadable import naming_unreadable
 
     with naming_unreadable(root, [run_id]):  # a damaged file: named, not a decoder's riddle
-        cur = run_query(connect(root, run_ids=[run_id]), "layer_summary", {"run_id": run_id})
+        con = connect(root, run_ids=[run_id])
+        cur = run_query(con, "layer_summary", {"run_id": run_id})
         headers = [d[0] for d in cur.description][1:]  # one run: no run_id column
-        return headers, [row[1:] for row in cur.fetchall()]
+        rows = [row[1:] for row in cur.fetchall()]
+        keep = [i for i, h in enumerate(headers) if not BUCKET_COLUMN.match(h)]
+        if len(keep) == len(headers):
+            return headers, rows
+        profile = run_query(con, "distance_profile", {"run_id": run_id})
+        names = [d[0] for d in profile.description]
+        at = {k: names.index(k) for k in ("layer", "reach_n", "reach_w")}
+        reach = {r[at["layer"]]: (r[at["reach_n"]], r[at["reach_w"]]) for r in profile.fetchall()}
+    layer = headers.index("layer")
+    return (
+        [headers[i] for i in keep] + ["reach_n", "reach_w"],
+        [tuple(row[i] for i in keep) + reach.get(row[layer], (None, None)) for row in rows],
+    )
