@@ -99,14 +99,17 @@ def pieces(loaded, inputs: dict, forward, args: argparse.Namespace) -> dict[str,
         D.distance_sums = real
     (full, scores, values, p), kw = captured[0][0][:4], captured[0][1]
     shape = (values.shape[0], p.heads, values.shape[1])
-    blocks = list(D.row_blocks(full, scores, shape, values.dtype))
-    mix = D.head_mix(D.head_grams(values, p), values.dtype)
+    budget, cap = D.block_plan(values.device)  # the blocks distance_sums takes there
+    blocks = list(D.row_blocks(full, scores, shape, values.dtype, budget, cap=cap))
+    mix = D.head_mix(D.head_grams(values, p, budget), values.dtype)
     pairs = [(start, D.pair_values(alpha, mix)) for start, alpha in blocks]
     methods = {
         "forward": forward,
         "all": lambda: real(*captured[0][0], **kw),
-        "grams": lambda: D.head_mix(D.head_grams(values, p), values.dtype),
-        "alpha": lambda: [a.shape for _, a in D.row_blocks(full, scores, shape, values.dtype)],
+        "grams": lambda: D.head_mix(D.head_grams(values, p, budget), values.dtype),
+        "alpha": lambda: [
+            a.shape for _, a in D.row_blocks(full, scores, shape, values.dtype, budget, cap=cap)
+        ],
         "pairs": lambda: [D.pair_values(a, mix).shape for _, a in blocks],
         "buckets": lambda: [D.bucket_sums(x, start, 12).shape for start, x in pairs],
     }

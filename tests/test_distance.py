@@ -217,7 +217,7 @@ def test_small_blocks_give_the_same_profile(tiny):
         b_out=torch.zeros(d, dtype=torch.float64), norm=None, heads=h, kv_heads=h,
     )  # fmt: skip
     whole = D.distance_sums(alpha, None, values, p)
-    rowwise = D.distance_sums(alpha, None, values, p, budget=b * h * n)  # one row a block
+    rowwise = D.distance_sums(alpha, None, values, p, plan=(b * h * n, None))  # a row a block
     assert torch.allclose(whole, rowwise, rtol=1e-12, atol=1e-12)
     # the materialised per-pair norms, by hand
     f = torch.einsum("bjhe,dhe->bhjd", values.reshape(b, n, h, e), p.w_out.reshape(d, h, e))
@@ -235,6 +235,40 @@ def test_small_blocks_give_the_same_profile(tiny):
     a = torch.einsum("bhij,bhjd->bijd", alpha, f)
     norms = D.pair_values(alpha.permute(0, 3, 1, 2), mix)[0].mT
     assert torch.allclose(norms, torch.linalg.vector_norm(a, dim=-1), rtol=1e-7, atol=1e-10)
+
+
+def test_the_gpu_block_plan_gives_the_cpus_sums(tiny):
+    """The GPU's blocks (the shared score budget, no row cap) and the CPU's (48-row blocks
+    of a causal sequence) give the same sums, computed here on the CPU from recomputed rows
+    (grouped heads) in float64; each device picks its own plan."""
+    from mixscope.mixing.alpha_rows import BLOCK_SCORES
+    from mixscope.mixing.block_tensors import BlockParams
+
+    assert D.block_plan(torch.device("cpu")) == (D.BLOCK, D.ROWS)
+    assert D.block_plan(torch.device("cuda", 0)) == (BLOCK_SCORES, None)
+    g = torch.Generator().manual_seed(3)
+    b, h, kv, n, e, d = 2, 4, 2, 3 * D.ROWS + 5, 6, 16
+    q = torch.randn(b, h, n, e, generator=g, dtype=torch.float64)
+    k = torch.randn(b, kv, n, e, generator=g, dtype=torch.float64)
+    s = (q @ k.repeat_interleave(h // kv, 1).transpose(-1, -2)) * 0.4  # [b, h, n, n]
+    s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    scores = ScoreInputs(q, k, None, torch.logsumexp(s, -1), 0.4, True)
+    values = torch.randn(b, n, kv * e, generator=g, dtype=torch.float64)
+    p = BlockParams(
+        w_out=torch.randn(d, h * e, generator=g, dtype=torch.float64),
+        b_out=torch.zeros(d, dtype=torch.float64), norm=None, heads=h, kv_heads=kv,
+    )  # fmt: skip
+    blocks = {}  # rows per block under each plan
+    for name, (budget, cap) in (("cpu", (D.BLOCK, D.ROWS)), ("gpu", (BLOCK_SCORES, None))):
+        walk = D.row_blocks(None, scores, (b, h, n), torch.float64, budget, cap=cap)
+        blocks[name] = [alpha.shape[-1] for _, alpha in walk]
+    assert len(blocks["cpu"]) == 4 and max(blocks["cpu"]) <= D.ROWS and blocks["gpu"] == [n]
+    cpu = D.distance_sums(None, scores, values, p)  # the CPU's own plan
+    gpu = D.distance_sums(None, scores, values, p, plan=(BLOCK_SCORES, None))
+    assert torch.allclose(cpu, gpu, rtol=1e-12, atol=1e-12)
+    # and both equal the sums of the softmax's rows, given whole
+    whole = D.distance_sums(torch.softmax(s, -1), None, values, p, plan=(BLOCK_SCORES, None))
+    assert torch.allclose(cpu, whole, rtol=1e-10, atol=1e-12)
 
 
 def test_fewer_buckets_merge_the_far_ones(tiny):

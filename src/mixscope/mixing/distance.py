@@ -59,6 +59,22 @@ GRAM_TOKENS = 128
 BLOCK = 1 << 21
 
 
+def block_plan(device: torch.device) -> tuple[int, int | None]:
+    """(α elements per block, query rows per block at most where the first rows do not
+    reach every source) on ``device``.
+
+    The CPU's are measured (:data:`BLOCK`, :data:`ROWS`: arrays that stay near its cache).
+    A GPU has no such cache to stay in, and each block costs some twenty kernel launches
+    whatever its size: 48-row blocks of a 2,048-token causal sequence would be 43 blocks,
+    ~900 launches a layer. There the blocks take the shared score budget
+    (:data:`BLOCK_SCORES`, 64 MiB of float32 α) with no row cap: 8 blocks for a 32-head
+    Llama at n = 2,048. Not yet timed on a GPU (``benchmarks/distance.py --gpu`` in
+    ``gpu_check.sh``); the sums are the same whichever plan (tests/test_distance.py)."""
+    if device.type == "cpu":
+        return BLOCK, ROWS
+    return BLOCK_SCORES, None
+
+
 def check_buckets(buckets: int) -> int:
     """``analysis.distance_buckets``, checked: 2 to :data:`MAX_BUCKETS` (with fewer, the
     last bucket opens at 2^(K−1) and the columns past it hold 0)."""
@@ -205,15 +221,17 @@ def row_blocks(
     dtype: torch.dtype,
     budget: int = BLOCK,
     reuse: bool = False,
+    cap: int | None = ROWS,
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """(start, α of the block's rows source-major [batch, sources, heads, rows]) over every
     query row (:func:`pair_values`); ``shape`` (batch, heads, seq). Blocks of ``budget``
-    elements at most, as even as that allows. ``reuse``: recomputed blocks share one
-    buffer, each overwritten by the next (:meth:`ScoreInputs.source_blocks`)."""
+    elements at most, as even as that allows, and of ``cap`` rows at most where the first
+    rows do not reach every source (causal, left padding). ``reuse``: recomputed blocks
+    share one buffer, each overwritten by the next (:meth:`ScoreInputs.source_blocks`)."""
     batch, heads, seq = shape
     rows = block_rows(batch, heads, seq, budget)
-    if alpha_reach(full, scores, 0, min(seq, ROWS)) < seq:
-        rows = min(rows, ROWS)
+    if cap is not None and alpha_reach(full, scores, 0, min(seq, cap)) < seq:
+        rows = min(rows, cap)
     rows = -(-seq // -(-seq // rows))  # the same count of blocks, even sizes
     if full is None and scores is not None:
         yield from scores.source_blocks(rows, dtype, reuse)
@@ -228,17 +246,21 @@ def distance_sums(
     values: torch.Tensor,
     p: BlockParams,
     buckets: int = DEFAULT_BUCKETS,
-    budget: int = BLOCK,
+    plan: tuple[int, int | None] | None = None,
 ) -> torch.Tensor:
     """Σ_{j∈B_b} ‖a_ij‖ and Σ_{j∈B_b} ᾱ_ij per token: [2 (norm, weight), buckets, batch, seq]
     (float64). ``full``: the eager weights [batch, heads, seq, seq], or None to recompute
-    α's rows from ``scores``; ``values`` [batch, seq, kv_heads · head_dim]."""
+    α's rows from ``scores``; ``values`` [batch, seq, kv_heads · head_dim]. ``plan``: the
+    blocks' (budget, row cap) (:func:`row_blocks`), by default the device's
+    :func:`block_plan`."""
     batch, seq = values.shape[:2]
+    budget, cap = block_plan(values.device) if plan is None else plan
     mix = head_mix(head_grams(values, p, budget), values.dtype)  # [batch, seq, h + 1, h]
     out = torch.empty(2, buckets, batch, seq, dtype=torch.float64, device=values.device)
     shape = (batch, p.heads, seq)
     work: torch.Tensor | None = None  # bucket_sums' padded rows, one buffer for every block
-    for start, alpha in row_blocks(full, scores, shape, values.dtype, budget, reuse=True):
+    blocks = row_blocks(full, scores, shape, values.dtype, budget, reuse=True, cap=cap)
+    for start, alpha in blocks:
         stop = start + alpha.shape[-1]
         pairs = pair_values(alpha, mix)  # [2, batch, sources, rows]
         if work is None:
