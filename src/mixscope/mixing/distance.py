@@ -67,8 +67,8 @@ def block_plan(device: torch.device) -> tuple[int, int | None]:
     A GPU has no such cache to stay in, and each block costs some twenty kernel launches
     whatever its size: 48-row blocks of a 2,048-token causal sequence would be 43 blocks,
     ~900 launches a layer. There the blocks take the shared score budget
-    (:data:`BLOCK_SCORES`, 64 MiB of float32 α) with no row cap: 8 blocks for a 32-head
-    Llama at n = 2,048. Not yet timed on a GPU (``benchmarks/distance.py --gpu`` in
+    (:data:`BLOCK_SCORES`, 64 MiB of float32 α) with no row cap: 8 blocks for one sequence
+    of a 32-head Llama at n = 2,048. Not yet timed on a GPU (``benchmarks/distance.py --gpu`` in
     ``gpu_check.sh``); the sums are the same whichever plan (tests/test_distance.py)."""
     if device.type == "cpu":
         return BLOCK, ROWS
