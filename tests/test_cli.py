@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
@@ -60,6 +61,25 @@ def test_token_table_and_outputs(run, minilm_path, tmp_path):
     )
     assert pcsv.read_csv(csv_out).num_rows == 9 * 6  # [CLS] a b . [SEP] c d . [SEP]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_distance_buckets_no_token_reaches_are_left_out_of_the_table(run, minilm_path, tmp_path):
+    """9 tokens reach at most 8 away (buckets 0-3: 1, 2-3, 4-7, 8-15): the table shows those
+    four by norm and by weight, says the rest were left out, and the file keeps all 24."""
+    out = tmp_path / "d.parquet"
+    text = "The cat sat on the mat."  # [CLS] the cat sat on the mat . [SEP]
+    result = run("analyze", "-m", minilm_path, "--measures", "paper,distance", text, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    header = result.stdout.strip().splitlines()[0].split()
+    shown = [f"dist_{side}_{b}" for side in "nw" for b in range(4)]
+    assert header == ["layer", "tokens", *mixscope.MEASURES, *shown]
+    assert "distance buckets 4–11 left out" in result.stderr
+    assert "no context 16 tokens away or more" in result.stderr
+    table = pq.read_table(out)
+    dist = [c for c in table.column_names if c.startswith("dist_")]
+    assert len(dist) == 24
+    assert all(pc.max(table[c]).as_py() == 0 for c in dist if c not in shown)
+    assert all(pc.max(table[c]).as_py() > 0 for c in shown)
 
 
 def test_verify_flag(run, minilm_path):
@@ -146,6 +166,8 @@ def test_analyze_all_names_the_groups_it_skipped_in_one_line(tmp_path):
     )
     assert result.exit_code == 0, result.output
     notes = [ln for ln in result.stderr.splitlines() if ln.startswith("note:")]
-    assert len(notes) == 1 and "skipped groups that do not apply: globenc (" in notes[0]
+    skipped = [ln for ln in notes if "skipped" in ln]  # the other: distance buckets left out
+    assert len(skipped) == 1 and "skipped groups that do not apply: globenc (" in skipped[0]
+    assert len(notes) == 2 and "distance buckets 3–11 left out" in notes[1]
     assert "UserWarning" not in result.stderr
     assert "ffresln_n" in result.stdout.splitlines()[0]

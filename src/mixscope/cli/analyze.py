@@ -18,11 +18,32 @@ from mixscope.errors import MixscopeError
 
 
 def measures_of(table: Any) -> list[str]:
-    """The measure columns of an ``analyze()`` table (its selected groups'), in order."""
+    """The measure columns of an ``analyze()`` table (its selected groups'), in order, less
+    the distance buckets past the farthest any token reaches (:func:`unreached_buckets`)."""
     from mixscope.registry import all_columns
 
     known = {c.name for c in all_columns()}
-    return [c for c in table.column_names if c in known]
+    unreached = set(unreached_buckets(table))
+    return [c for c in table.column_names if c in known and c not in unreached]
+
+
+def unreached_buckets(table: Any) -> list[str]:
+    """The distance group's bucket columns (``dist_n_<b>``, ``dist_w_<b>``) from the first
+    bucket on whose every value, by norm and by weight, is 0: a few short texts reach 4–5 of
+    the 12 buckets, and 14 columns of zeros would push the rest off a terminal."""
+    import re
+
+    import numpy as np
+
+    buckets: dict[int, list[str]] = {}
+    for name in table.column_names:
+        if match := re.fullmatch(r"dist_[nw]_(\d+)", name):
+            buckets.setdefault(int(match.group(1)), []).append(name)
+    last = -1  # the farthest bucket with a share
+    for b, names in buckets.items():
+        if any(np.any(table[n].to_numpy() != 0) for n in names):
+            last = max(last, b)
+    return [n for b, names in sorted(buckets.items()) if b > last for n in names]
 
 
 def layer_summary(table: Any) -> tuple[list[str], list[list[Any]]]:
@@ -195,6 +216,14 @@ def analyze(
         write_table(table, output)
     headers, rows = token_summary(table, layer) if tokens else layer_summary(table)
     click.echo(aligned_table(headers, rows))
+    if unreached := unreached_buckets(table):
+        first = min(int(n.rsplit("_", 1)[1]) for n in unreached)
+        click.echo(
+            f"note: distance buckets {first}–{unreached[-1].rsplit('_', 1)[1]} left out "
+            f"(dist_n_{first}…, dist_w_{first}…): 0 for every token, no context {2**first} "
+            "tokens away or more; -o FILE keeps every column",
+            err=True,
+        )
     if verify:
         click.echo("exactness identity: holds on every block", err=True)
     if output:
