@@ -201,9 +201,16 @@ def test_the_report_draws_the_distance_figure_for_the_runs_that_have_it(root, tm
     heat = [ax for ax in fig.axes if ax.images]
     assert len(heat) == 3
     norm, weight, diff = (ax.images[0].get_array() for ax in heat)
-    assert norm.shape == (2, K)  # the tiny BERT's two layers × 12 buckets
+    # the tiny BERT's two layers × the buckets up to the farthest with a share (the longest
+    # document, 6 × 12 words, reaches past 32 tokens but not all the 12 buckets' 2,048)
+    farthest = max(r["bucket"] for r in rows if r["share_n"] > 0 or r["share_w"] > 0)
+    assert 5 <= farthest < K - 1 and norm.shape == (2, farthest + 1)
+    assert "is the farthest with context" in heat[0].get_xlabel()
     assert np.allclose(diff, norm - weight)
     assert np.allclose(norm.sum(axis=1), 100.0)  # each layer's shares: the whole context
+    # norm and weight on one scale, from 0 to at least the larger share
+    (lo, hi), (lo_w, hi_w) = heat[0].images[0].get_clim(), heat[1].images[0].get_clim()
+    assert (lo, hi) == (lo_w, hi_w) == (0.0, hi) and max(norm.max(), weight.max()) <= hi <= 100
     (reach,) = [ax for ax in fig.axes if ax.get_ylabel() == "mean reach (tokens)"]
     assert [ln.get_label() for ln in reach.lines] == ["by norm", "by weight"]
 
