@@ -161,6 +161,17 @@ def test_buckets_by_hand():
     assert torch.allclose(whole, loop, rtol=0, atol=1e-12)
 
 
+def test_every_bucket_column_knows_its_bucket():
+    """The registry's profile columns, by name → bucket: the 12 by norm then the 12 by
+    weight, each near to far; no other column is a bucket."""
+    from mixscope.registry import all_columns, profile_buckets
+
+    got = profile_buckets()
+    want = {f"dist_{side}_{b}": b for side in "nw" for b in range(D.MAX_BUCKETS)}
+    assert got == want
+    assert not {c.name for c in all_columns() if c.profile is None} & set(got)
+
+
 def test_shares_sum_to_one_or_zero():
     sums = torch.tensor([[[1.0, 0.0]], [[3.0, 0.0]]])  # [K=2, batch 1, seq 2]
     got = D.shares(sums)

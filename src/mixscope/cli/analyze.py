@@ -31,14 +31,15 @@ def unreached_buckets(table: Any) -> list[str]:
     """The distance group's bucket columns (``dist_n_<b>``, ``dist_w_<b>``) from the first
     bucket on whose every value, by norm and by weight, is 0: a few short texts reach 4–5 of
     the 12 buckets, and 14 columns of zeros would push the rest off a terminal."""
-    import re
-
     import numpy as np
 
+    from mixscope.registry import profile_buckets
+
+    of = profile_buckets()
     buckets: dict[int, list[str]] = {}
     for name in table.column_names:
-        if match := re.fullmatch(r"dist_[nw]_(\d+)", name):
-            buckets.setdefault(int(match.group(1)), []).append(name)
+        if name in of:
+            buckets.setdefault(of[name], []).append(name)
     last = -1  # the farthest bucket with a share
     for b, names in buckets.items():
         if any(np.any(table[n].to_numpy() != 0) for n in names):
@@ -217,11 +218,13 @@ def analyze(
     headers, rows = token_summary(table, layer) if tokens else layer_summary(table)
     click.echo(aligned_table(headers, rows))
     if unreached := unreached_buckets(table):
-        first = min(int(n.rsplit("_", 1)[1]) for n in unreached)
+        from mixscope.registry import profile_buckets
+
+        left = sorted({profile_buckets()[n] for n in unreached})
         click.echo(
-            f"note: distance buckets {first}–{unreached[-1].rsplit('_', 1)[1]} left out "
-            f"(dist_n_{first}…, dist_w_{first}…): 0 for every token, no context {2**first} "
-            "tokens away or more; -o FILE keeps every column",
+            f"note: distance buckets {left[0]}–{left[-1]} left out ({unreached[0]}…): 0 for "
+            f"every token, no context {2 ** left[0]} tokens away or more; -o FILE keeps every "
+            "column",
             err=True,
         )
     if verify:

@@ -9,14 +9,11 @@ query away.
 
 from __future__ import annotations
 
-import re
 from typing import Any
-
-#: the distance group's bucket columns (registry: ``dist_n_<b>`` / ``dist_w_<b>``)
-BUCKET_COLUMN = re.compile(r"^dist_[nw]_\d+$")
 
 
 def layer_summary(root: str, run_id: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    from mixscope.registry import profile_buckets
     from mixscope.sql.named import run_query
     from mixscope.sql.views import connect
     from mixscope.store.unreadable import naming_unreadable
@@ -26,7 +23,8 @@ def layer_summary(root: str, run_id: str) -> tuple[list[str], list[tuple[Any, ..
         cur = run_query(con, "layer_summary", {"run_id": run_id})
         headers = [d[0] for d in cur.description][1:]  # one run: no run_id column
         rows = [row[1:] for row in cur.fetchall()]
-        keep = [i for i, h in enumerate(headers) if not BUCKET_COLUMN.match(h)]
+        buckets = profile_buckets()  # the distance group's dist_n_<b> / dist_w_<b>
+        keep = [i for i, h in enumerate(headers) if h not in buckets]
         if len(keep) == len(headers):
             return headers, rows
         profile = run_query(con, "distance_profile", {"run_id": run_id})
