@@ -164,7 +164,8 @@ def test_buckets_by_hand():
 def test_every_bucket_column_knows_its_bucket():
     """The registry's profile columns, by name → bucket: the 12 by norm then the 12 by
     weight, each near to far; no other column is a bucket."""
-    from mixscope.registry import all_columns, profile_buckets
+    from mixscope.registry import all_columns
+    from mixscope.sql.summary import profile_buckets
 
     got = profile_buckets()
     want = {f"dist_{side}_{b}": b for side in "nw" for b in range(D.MAX_BUCKETS)}

@@ -252,19 +252,6 @@ def all_columns() -> tuple[Column, ...]:
     return tuple(c for g in GROUPS.values() for c in g.columns)
 
 
-def profile_buckets() -> dict[str, int]:
-    """Each profile's bucket column (:attr:`Column.profile`) → its bucket, the column's
-    place among its profile's (near to far): ``dist_n_3`` → 3. What a table too wide to
-    print by bucket (the run summary, ``analyze``) folds or trims."""
-    seen: dict[str, int] = {}
-    out = {}
-    for c in all_columns():
-        if c.profile is not None:
-            out[c.name] = seen.get(c.profile, 0)
-            seen[c.profile] = out[c.name] + 1
-    return out
-
-
 def column(name: str) -> Column:
     """A column by name (any group)."""
     for c in all_columns():

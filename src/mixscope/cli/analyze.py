@@ -33,7 +33,7 @@ def unreached_buckets(table: Any) -> list[str]:
     the 12 buckets, and 14 columns of zeros would push the rest off a terminal."""
     import numpy as np
 
-    from mixscope.registry import profile_buckets
+    from mixscope.sql.summary import profile_buckets
 
     of = profile_buckets()
     buckets: dict[int, list[str]] = {}
@@ -218,7 +218,7 @@ def analyze(
     headers, rows = token_summary(table, layer) if tokens else layer_summary(table)
     click.echo(aligned_table(headers, rows))
     if unreached := unreached_buckets(table):
-        from mixscope.registry import profile_buckets
+        from mixscope.sql.summary import profile_buckets
 
         left = sorted({profile_buckets()[n] for n in unreached})
         click.echo(

@@ -1,8 +1,8 @@
 """The per-layer summary printed at the end of ``mixscope run``.
 
 The ``layer_summary`` query's columns, for a terminal: a run with the distance group has
-two dozen bucket shares per layer (``dist_n_0`` … ``dist_w_11``), too wide to read there, so
-they are replaced by the layer's mean reach in tokens by norm and by weight
+two dozen bucket shares per layer (the registry's profile columns), too wide to read
+there, so they are replaced by the layer's mean reach in tokens by norm and by weight
 (``distance_profile``'s ``reach_n`` / ``reach_w``); the shares per bucket stay one named
 query away.
 """
@@ -12,8 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 
+def profile_buckets() -> dict[str, int]:
+    """Each profile column (the registry's ``Column.profile``) → its bucket, its place among
+    its profile's columns, near to far (``profile == "dist_n"``, the third → 2): what a
+    table too wide to print by bucket folds (here) or trims (``mixscope analyze``)."""
+    from mixscope.registry import all_columns
+
+    cols = [c for c in all_columns() if c.profile is not None]
+    return {c.name: [d.name for d in cols if d.profile == c.profile].index(c.name) for c in cols}
+
+
 def layer_summary(root: str, run_id: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    from mixscope.registry import profile_buckets
     from mixscope.sql.named import run_query
     from mixscope.sql.views import connect
     from mixscope.store.unreadable import naming_unreadable
