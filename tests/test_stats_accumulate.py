@@ -220,3 +220,39 @@ def test_detail_parts_are_gathered_into_row_groups(shard, monkeypatch):
     assert sum(groups) == sum(sizes) == buf.rows and len(groups) < len(parts)
     assert all(g >= sizes[0] + sizes[1] for g in groups[:-1])
     assert file.read().to_pylist() == pa.concat_tables(parts).to_pylist()
+
+
+def test_token_histogram_merges_cost_linear_in_the_events(monkeypatch):
+    """A count merges everything counted before, so it waits for at least as many new
+    events: over a long shard whose distinct events pass the threshold, the events the
+    merges read add up to a few times the events added (merging on every block once the
+    counted part passed the threshold read ~40x here), and the counts are those of one
+    count of every event."""
+    from mixscope.stats.histograms import TokenHistogram
+
+    monkeypatch.setattr(histograms, "HIST_MERGE", 1_000)
+    read = []
+    real = histograms.merged_counts
+
+    def spy(parts):
+        read.append(sum(len(e) for e, _ in parts))
+        return real(parts)
+
+    monkeypatch.setattr(histograms, "merged_counts", spy)
+    rng = np.random.default_rng(5)
+    hist, blocks = TokenHistogram((0, 1)), []
+    for _ in range(400):  # 400 blocks × 50 tokens × 2 measures: most events distinct
+        ids = torch.from_numpy(rng.integers(0, 5_000, 50))
+        v64 = torch.from_numpy(rng.random((50, 2, 3)))
+        hist.add(ids, v64)
+        blocks.append((ids, v64))
+    events, counts = hist.counted()
+    total = 400 * 50 * 2
+    assert len(read) > 3 and sum(read[:-1]) <= 3 * total  # the merges during the shard
+    monkeypatch.setattr(histograms, "HIST_MERGE", 1 << 62)  # no merge until the end
+    everything = TokenHistogram((0, 1))
+    for ids, v64 in blocks:
+        everything.add(ids, v64)
+    want_events, want_counts = everything.counted()
+    assert torch.equal(events, want_events) and torch.equal(counts, want_counts)
+    assert int(counts.sum()) == total
