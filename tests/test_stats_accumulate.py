@@ -226,7 +226,7 @@ def test_token_histogram_merges_cost_linear_in_the_events(monkeypatch):
     """A count merges everything counted before, so it waits for at least as many new
     events: over a long shard whose distinct events pass the threshold, the events the
     merges read add up to a few times the events added (merging on every block once the
-    counted part passed the threshold read ~40x here), and the counts are those of one
+    counted part passed the threshold read 200x here, 391 merges), and the counts are those of one
     count of every event."""
     from mixscope.stats.histograms import TokenHistogram
 
