@@ -555,6 +555,18 @@ def sizes_report(sizes: list[dict]) -> str:
     return "\n".join(out)
 
 
+def floors(side: Side, reps: int, seqs: list[int], timed: dict[int, dict]) -> list[dict]:
+    """The encoding floor at each shard size of ``seqs`` (sequences), from ``side``'s
+    server; a size in ``timed`` (the shard's own, timed already) is not timed again."""
+    out = []
+    for n_seqs in seqs:
+        if n_seqs not in timed:
+            print(f"  encoding floor: {n_seqs} sequences", file=sys.stderr)
+            timed[n_seqs] = side.ask_line(f"floor {reps},{n_seqs}")
+        out.append(timed[n_seqs])
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shard-seqs", type=int, default=600, help="sequences per shard")
@@ -601,10 +613,7 @@ def main() -> int:
         profiles = sides["current"].ask_line("profile 0")
         floor_reps = max(3, args.reps)
         encoding = sides["current"].ask_line(f"floor {floor_reps},{args.shard_seqs}")
-        sizes = []
-        for n_seqs in floor_seqs:
-            print(f"  encoding floor: {n_seqs} sequences", file=sys.stderr)
-            sizes.append(sides["current"].ask_line(f"floor {floor_reps},{n_seqs}"))
+        by_size = floors(sides["current"], floor_reps, floor_seqs, {args.shard_seqs: encoding})
         for side in sides.values():
             side.close()
     finally:
@@ -624,7 +633,7 @@ def main() -> int:
         pairs = zip(times["baseline"][mode], times["current"][mode], strict=True)
         med["current"][mode]["paired"] = statistics.median(b["cpu"] / c["cpu"] for b, c in pairs)
     text = report(med, tokens, args, (load_before[0], load_after[0]), source_state())
-    text += "\n" + floor_report(encoding, tokens, sizes)
+    text += "\n" + floor_report(encoding, tokens, by_size)
     print(f"mixscope host benchmark; pyarrow {pa.__version__}, numpy {np.__version__}\n\n" + text)
     for mode, (total, top, sizes) in profiles.items():
         print()

@@ -69,8 +69,7 @@ def distance_figure(rows: list[dict], title: str) -> Any:
     )
     xlabel = "distance (tokens)"
     if len(buckets) < len(every):  # the farther buckets: no share in any layer
-        xlabel += f"; {_span(next(r for r in rows if int(r['bucket']) == buckets[-1]))}"
-        xlabel += " is the farthest with context"
+        xlabel += f"; {spans[buckets[-1]]} is the farthest with context"
     for ax, (grid, what, cmap, lo, hi) in zip(axes, panels, strict=False):
         im = ax.imshow(grid, aspect="auto", cmap=cmap, vmin=lo, vmax=hi, origin="lower")
         ax.set_xticks(range(len(buckets)), [spans[b] for b in buckets], rotation=60, fontsize=7)
