@@ -61,10 +61,12 @@ def test_no_rows_message_says_what_each_run_kept(tmp_path, monkeypatch):
     layout = Layout.open(str(tmp_path))
     rng = np.random.default_rng(5)
     monkeypatch.setattr(sf, "OutputSpec", lambda detail: OutputSpec(detail="none"))
-    for run_id, output in (
-        ("old-sample", {"detail": "sample", "sample_rate": 0.01}),
-        ("no-detail", {"detail": "none"}),
+    for run_id, output, second in (
+        ("old-sample", {"detail": "sample", "sample_rate": 0.01}, 1),
+        ("no-detail", {"detail": "none"}, 2),
     ):
+        # old-sample is the older run (as CI once timed it): the message still lists by id
+        monkeypatch.setattr(sf, "now", lambda s=second: f"2026-01-01T00:00:0{s}Z")
         seqs = sf.make_sequences(rng, 3)
         sf.write_synthetic_run(
             layout,

@@ -96,9 +96,10 @@ def detail_source(files: list[str], in_files: MeasureSet, ms: MeasureSet, union:
 
 
 def no_rows_message(runs: list[RunRecord]) -> str:
-    """Why the selected ``runs`` have no per-token rows, run by run: what each kept."""
+    """Why the selected ``runs`` have no per-token rows, run by run (by run id, so the
+    message does not depend on which run's clock second came first): what each kept."""
     kept = []
-    for r in runs:
+    for r in sorted(runs, key=lambda r: r.run_id):
         docs = r.corpus.get("n_docs")
         of = f"0 of {docs:,} documents" if isinstance(docs, int) else "no documents"
         if r.detail == "sample":

@@ -53,13 +53,14 @@ def load_run(layout: Layout, run_id: str) -> RunRecord | None:
 
 
 def load_runs(layout: Layout) -> list[RunRecord]:
-    """Every run's typed record, oldest first."""
+    """Every run's typed record, oldest first (``created_at`` has whole seconds: runs of
+    the same second by run id)."""
     runs = []
     for run_id in layout.list_dirs(layout.runs_dir()):
         record = load_run(layout, run_id)
         if record is not None:
             runs.append(record)
-    return sorted(runs, key=lambda r: r.created_at)
+    return sorted(runs, key=lambda r: (r.created_at, r.run_id))
 
 
 def write_run(layout: Layout, record: RunRecord) -> RunRecord:
