@@ -77,7 +77,7 @@ def resolve_run_ids(layout: Layout, given: list[str] | tuple[str, ...]) -> list[
     ambiguous ones are one-line errors naming the runs there are."""
     from mixscope.errors import MixscopeError
 
-    known = [r.run_id for r in load_runs(layout)]
+    known = sorted(r.run_id for r in load_runs(layout))
     if not known:
         raise MixscopeError(f"no runs in {layout.root}")
     out = []
