@@ -207,15 +207,17 @@ def test_an_actor_joins_with_the_second_node(cluster, tiny_bert_dir, corpus, cle
 def test_losing_the_second_node_completes_on_the_head(
     cluster, tiny_bert_dir, corpus, clean, tmp_path
 ):
-    # both nodes up before the job (joining mid-job is the test above): node2's actor then
-    # starts early enough to be seen busy whatever the machine's load
-    cluster.start_head(num_cpus=1)
+    # both nodes up before the job (joining mid-job is the test above); the head held until
+    # node2 is lost, so node2's actor still holds shards when it goes (busy is read from
+    # actors.json, up to 2 s old: unheld, a late actor could be done by then)
+    cluster.start_head(num_cpus=1, env={"NODE_TAG": "head"})
     n2 = cluster.add_node("n2", num_cpus=1, resources='{"node2": 1}')
     cluster.wait_for_nodes(2)
-    out, log = tmp_path / "out", tmp_path / "driver.log"
-    proc = _driver(cluster, _args(tiny_bert_dir, corpus, out), log)
+    out, log, gate = tmp_path / "out", tmp_path / "driver.log", tmp_path / "go"
+    proc = _driver(cluster, _args(tiny_bert_dir, corpus, out), log, _held_head(gate))
     _wait(proc, log, lambda: _busy_on(s := _actors(out), _node2(s)), "busy actor on node2")
     cluster.lose_node(n2)
+    gate.touch()
     text = _finish(proc, log)
     state = _actors(out)
     node2 = _node2(state)
