@@ -239,7 +239,8 @@ class LocalCluster:
         self.nodes.append(node)
         return node
 
-    def start_head(self, num_cpus: int = 1) -> Node:
+    def start_head(self, num_cpus: int = 1, env: dict[str, str] | None = None) -> Node:
+        """The head node; ``env`` as for :meth:`add_node`."""
         dashboard, client = free_ports(2)
         node = self._start(
             "head",
@@ -260,6 +261,7 @@ class LocalCluster:
                 "--max-worker-port",
                 "0",
             ],
+            env,
         )
         self.wait_for_nodes(1)
         return node

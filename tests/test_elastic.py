@@ -154,10 +154,17 @@ def _finish(proc: subprocess.Popen, log: Path, timeout: float = 150.0) -> str:
     return text
 
 
-def _start_job(cluster, tiny_bert_dir, corpus, tmp_path):
-    cluster.start_head(num_cpus=1)
+def _held_head(gate: Path) -> dict:
+    """The head's shard attempts wait until ``gate`` exists (``MIXSCOPE_FAULTS`` "hold"; its
+    processes carry NODE_TAG=head): the head alone cannot end the job before what the test
+    waits for on node2 has happened, however slowly node2 and its actors start."""
+    return {"hold": {"until": str(gate), "env": "NODE_TAG", "value": "head"}}
+
+
+def _start_job(cluster, tiny_bert_dir, corpus, tmp_path, faults: dict):
+    cluster.start_head(num_cpus=1, env={"NODE_TAG": "head"})
     out, log = tmp_path / "out", tmp_path / "driver.log"
-    proc = _driver(cluster, _args(tiny_bert_dir, corpus, out), log)
+    proc = _driver(cluster, _args(tiny_bert_dir, corpus, out), log, faults)
     # the head's one actor works on a shard, the demand for a second one is stated
     state = _wait(
         proc,
@@ -170,9 +177,14 @@ def _start_job(cluster, tiny_bert_dir, corpus, tmp_path):
 
 
 def test_an_actor_joins_with_the_second_node(cluster, tiny_bert_dir, corpus, clean, tmp_path):
-    proc, out, log = _start_job(cluster, tiny_bert_dir, corpus, tmp_path)
+    gate = tmp_path / "go"
+    proc, out, log = _start_job(cluster, tiny_bert_dir, corpus, tmp_path, _held_head(gate))
     assert _actors(out)["requested_bundles"] == 2  # asked the autoscaler for both
     cluster.add_node("n2", num_cpus=1, resources='{"node2": 1}')
+    # the head goes on once node2's actor holds a shard: unheld, the head's 14 slowed shards
+    # could all be done before node2 and its actor were up (seen: node2 got 2 of 14)
+    _wait(proc, log, lambda: _busy_on(s := _actors(out), _node2(s)), "busy actor on node2")
+    gate.touch()
     _finish(proc, log)
     state = _actors(out)
     node2 = _node2(state)
@@ -195,15 +207,17 @@ def test_an_actor_joins_with_the_second_node(cluster, tiny_bert_dir, corpus, cle
 def test_losing_the_second_node_completes_on_the_head(
     cluster, tiny_bert_dir, corpus, clean, tmp_path
 ):
-    # both nodes up before the job (joining mid-job is the test above): node2's actor then
-    # starts early enough to be seen busy whatever the machine's load
-    cluster.start_head(num_cpus=1)
+    # both nodes up before the job (joining mid-job is the test above); the head held until
+    # node2 is lost, so node2's actor still holds shards when it goes (busy is read from
+    # actors.json, up to 2 s old: unheld, a late actor could be done by then)
+    cluster.start_head(num_cpus=1, env={"NODE_TAG": "head"})
     n2 = cluster.add_node("n2", num_cpus=1, resources='{"node2": 1}')
     cluster.wait_for_nodes(2)
-    out, log = tmp_path / "out", tmp_path / "driver.log"
-    proc = _driver(cluster, _args(tiny_bert_dir, corpus, out), log)
+    out, log, gate = tmp_path / "out", tmp_path / "driver.log", tmp_path / "go"
+    proc = _driver(cluster, _args(tiny_bert_dir, corpus, out), log, _held_head(gate))
     _wait(proc, log, lambda: _busy_on(s := _actors(out), _node2(s)), "busy actor on node2")
     cluster.lose_node(n2)
+    gate.touch()
     text = _finish(proc, log)
     state = _actors(out)
     node2 = _node2(state)
@@ -232,14 +246,24 @@ def test_a_node_whose_actors_keep_dying_is_backed_off_then_given_up(
     the node is backed off after the first death, given up after the second
     (node_max_failures), never handed a third actor, and reported; the job completes on
     the head with exactly the rows of a clean run."""
-    cluster.start_head(num_cpus=1)
+    cluster.start_head(num_cpus=1, env={"NODE_TAG": "head"})
     cluster.add_node("n2", num_cpus=1, resources='{"node2": 1}', env={"NODE_TAG": "n2"})
     cluster.wait_for_nodes(2)
     out, log = tmp_path / "out", tmp_path / "driver.log"
     args = [*_args(tiny_bert_dir, corpus, out), "--set", "runtime.max_retries=3"]
     args += ["--set", "runtime.node_max_failures=2", "--set", "runtime.node_backoff_seconds=1"]
-    faults = {"kill_where": {"env": "NODE_TAG", "value": "n2"}}
+    gate = tmp_path / "go"
+    faults = {"kill_where": {"env": "NODE_TAG", "value": "n2"}, **_held_head(gate)}
     proc = _driver(cluster, args, log, faults)
+    # the head goes on once node2 is given up: unheld, the head could finish every shard
+    # before node2's second actor was up and handed one (then one death, not two)
+    _wait(
+        proc,
+        log,
+        lambda: (s := _actors(out)) and _node2(s) in s.get("lost_nodes", []) and s,
+        "node2 given up",
+    )
+    gate.touch()
     _finish(proc, log, timeout=240)
     state = _actors(out)
     node2 = _node2(state)

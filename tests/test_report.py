@@ -282,6 +282,29 @@ def test_clear_one_line_errors(roots, tmp_path, case):
     assert not (tmp_path / "r.html").exists()
 
 
+def test_an_unknown_run_lists_the_runs_by_id_whatever_second_they_were_made(tmp_path, monkeypatch):
+    """``build_report`` with a run id that is not there (the library path; the CLI resolves
+    prefixes first): its one line lists the runs by id, as ``resolve_run_ids`` does, not in
+    creation order, which has whole seconds (store.runs.now) and so swaps two runs made
+    across a second boundary. Here the run whose id sorts last is the older one."""
+    import sql_fixtures as sf
+    from mixscope.errors import MixscopeError
+    from mixscope.report.build import build_report
+    from mixscope.store.layout import Layout
+
+    layout = Layout.open(str(tmp_path))
+    rng = np.random.default_rng(3)
+    for run_id, second in (("run-b", 1), ("run-a", 2)):
+        monkeypatch.setattr(sf, "now", lambda s=second: f"2026-01-01T00:00:0{s}Z")
+        seqs = sf.make_sequences(rng, 3)
+        sf.write_synthetic_run(
+            layout, run_id, [sf.shard_arrays(seqs, 1, rng)], name=run_id, step=None
+        )
+    with pytest.raises(MixscopeError) as err:
+        build_report(str(tmp_path), ["run-c"], str(tmp_path / "r.html"))
+    assert str(err.value) == f"unknown run 'run-c' in {tmp_path}; runs: run-a, run-b"
+
+
 #: appended to a copy of the report: once everything has loaded, what a reader's browser
 #: holds (each image decoded or not, its drawn size, the tables and their rows, the
 #: headings) is written into the DOM, where ``--dump-dom`` brings it back. The control image

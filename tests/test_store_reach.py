@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from itertools import pairwise
 
 import pytest
 from click.testing import CliRunner
@@ -73,6 +74,39 @@ def test_a_closed_endpoint_is_one_line_after_the_stated_time(aws, command):
     ], out.stderr
     assert "curlCode" not in out.stderr and "AWS Error" not in out.stderr
     assert PROBE <= seconds < PROBE + 20  # the probe's time, plus the CLI's start-up
+
+
+class _Clock:
+    """``reach``'s ``time``: monotonic seconds that only ``sleep`` advances."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.mark.parametrize("seconds", [PROBE, 1.0, 0.2, 5.0])
+def test_the_probe_tries_for_the_time_it_states(monkeypatch, seconds):
+    """A refused endpoint is tried until the stated time has passed, never less: the test
+    above timed the CLI's start-up plus the probe against PROBE, and the probe used to give
+    up as soon as one more 0.5 s wait would pass the deadline (after 1.0 s of a stated
+    1.5 s), so a quick start-up failed it. On a clock that only the waits advance (an
+    instant refusal), the last try is at the deadline."""
+    clock, tries = _Clock(), []
+    monkeypatch.setattr(reach, "time", clock)
+
+    def refused(uri, timeout):
+        tries.append(clock.t)
+        return "could not connect"
+
+    monkeypatch.setattr(reach, "_head", refused)
+    assert reach.unreachable("s3://results/job", seconds) == "could not connect"
+    assert clock.t == pytest.approx(seconds) and tries[-1] == pytest.approx(seconds)
+    assert all(b - a <= 0.5 + 1e-9 for a, b in pairwise(tries))  # every 0.5 s
 
 
 def test_a_live_endpoint_answers_the_probe_at_once(aws):

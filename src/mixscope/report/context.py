@@ -123,7 +123,7 @@ def select_runs(root: str, run_ids: list[str] | None) -> list[RunRecord]:
     records = load_runs(layout)
     if not records:
         raise MixscopeError(f"no runs in {root} (run a job with `mixscope run` first)")
-    known = [r.run_id for r in records]
+    known = sorted(r.run_id for r in records)  # by id: not by creation second
     if run_ids:
         unknown = [r for r in run_ids if r not in known]
         if unknown:

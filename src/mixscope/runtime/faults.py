@@ -19,6 +19,10 @@
 - ``{"kill_where": {"env": "NODE_TAG", "value": "n2"}}``: every shard attempt dies in the
   processes whose environment has ``NODE_TAG=n2`` (a Ray node started with it: a node
   that keeps failing).
+- ``{"hold": {"until": "/tmp/go", "env": "NODE_TAG", "value": "head"}}``: every shard
+  attempt in the processes whose environment has ``NODE_TAG=head`` waits (10 minutes at
+  most) until the file ``/tmp/go`` exists, so a test decides when that node's shards go on
+  (another node must get work before this one can finish the job).
 - ``{"trace": {"dir": "/tmp/t"}}``: every shard attempt that starts leaves one file in
   ``dir`` (``<pid>-<shard>-<n>``), so a test counts how many times shards were analysed.
 - ``{"die_in_consolidation": {"trigger": "/tmp/c"}}``: once the file ``/tmp/c`` exists
@@ -116,6 +120,16 @@ def maybe_slow() -> None:
         import time
 
         time.sleep(float(slow.get("seconds", 1.0)))
+
+
+def maybe_hold() -> None:
+    hold = _spec("hold")
+    if isinstance(hold, dict) and os.environ.get(hold["env"]) == hold["value"]:
+        import time
+
+        gate, deadline = Path(hold["until"]), time.monotonic() + 600.0
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # polls for the test's file: the event, not a duration
 
 
 def maybe_slow_finish() -> None:

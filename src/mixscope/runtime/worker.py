@@ -280,6 +280,7 @@ class ShardWorker:
         queued on the result thread; its documents, sequences and accumulator."""
         faults.maybe_fail(shard.shard_id)
         faults.maybe_slow()
+        faults.maybe_hold()
         docs, first_chunk = self._read_first_chunk(shard)  # its sequences, tokenized
         # tokenize the next chunk while the model runs on this one
         chunks = self._chunks(docs)

@@ -5,7 +5,7 @@ own text after its retries ("AWS Error NETWORK_CONNECTION during ListObjectsV2 o
 curlCode: 7, …" from pyarrow, "Could not connect to the endpoint URL" from botocore), a
 different one per request. Opening an S3 root (``Layout.open``) probes its endpoint first:
 one unsigned HEAD of the bucket (any HTTP answer, 403 and 404 included, means the endpoint
-is there), tried again for at most :data:`PROBE_SECONDS` (``MIXSCOPE_STORE_PROBE_SECONDS``)
+is there), tried again for :data:`PROBE_SECONDS` (``MIXSCOPE_STORE_PROBE_SECONDS``)
 while the connection is refused or times out, so a store that restarts meanwhile is
 waited for, and one that does not answer is reported in one line naming the endpoint and
 the time tried. A success is remembered for the process; an endpoint lost later (a
@@ -21,7 +21,7 @@ import time
 
 from mixscope.errors import MixscopeError
 
-#: how long the probe tries an endpoint that does not answer, at most
+#: how long the probe tries an endpoint that does not answer (the last try at its end)
 PROBE_SECONDS = 5.0
 PROBE_ENV = "MIXSCOPE_STORE_PROBE_SECONDS"
 #: what the client libraries say of a request that reached no endpoint
@@ -94,7 +94,8 @@ def _head(uri: str, timeout: float) -> str | None:
 
 def unreachable(uri: str, seconds: float | None = None) -> str | None:
     """Why ``uri``'s endpoint gave no answer for ``seconds`` (default
-    :func:`probe_seconds`), or None as soon as it answers."""
+    :func:`probe_seconds`), or None as soon as it answers. Tried every 0.5 s until the
+    time has passed (the last try at the deadline): the message says it tried that long."""
     seconds = probe_seconds() if seconds is None else seconds
     deadline = time.monotonic() + seconds
     while True:
@@ -102,9 +103,10 @@ def unreachable(uri: str, seconds: float | None = None) -> str | None:
         why = _head(uri, max(0.5, min(left, 5.0)))
         if why is None:
             return None
-        if time.monotonic() + 0.5 >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return why
-        time.sleep(0.5)
+        time.sleep(min(0.5, left))
 
 
 def message(uri: str, why: str, seconds: float) -> str:
@@ -117,7 +119,7 @@ def message(uri: str, why: str, seconds: float) -> str:
 
 def require(uri: str) -> None:
     """Return once ``uri``'s endpoint has answered (once per process); else
-    :class:`StoreUnreachableError` in one line, after at most :func:`probe_seconds`."""
+    :class:`StoreUnreachableError` in one line, after :func:`probe_seconds`."""
     endpoint = endpoint_of(uri)
     with _lock:
         _opened.setdefault(endpoint, uri)
