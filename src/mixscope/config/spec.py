@@ -169,7 +169,8 @@ class RuntimeSpec:
     )
     shard_order: str = setting(
         "largest_first",
-        "The order shards are handed out in (runtime/scheduling.py).",
+        "The order Ray actors are handed shards in (runtime/scheduling.py); the local "
+        "executor, one worker, always takes them in plan order.",
         choices=("largest_first", "plan"),
     )
 
